@@ -1,0 +1,136 @@
+"""pytest fixtures for the real services: Kafka broker, S3 server, local Spark.
+
+Loaded by the repository's root ``conftest.py``. Session-scoped: one broker, one S3 server and one
+SparkSession per test run. ``BARRIER_KAFKA_BOOTSTRAP`` reuses an already running broker.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from kafka_harness.broker import KafkaBroker
+from kafka_harness.s3 import S3Server
+
+
+class ExternalBroker:
+    """A broker someone else runs (``BARRIER_KAFKA_BOOTSTRAP``); start/stop are not ours."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.proc = None
+
+    def peak_rss_bytes(self):
+        return None
+
+
+@pytest.fixture(scope="session")
+def kafka_broker():
+    external = os.environ.get("BARRIER_KAFKA_BOOTSTRAP")
+    if external:
+        yield ExternalBroker(external)
+        return
+    broker = KafkaBroker().start()
+    try:
+        yield broker
+    finally:
+        rss = broker.peak_rss_bytes()
+        if rss:
+            print(f"\n[kafka-harness] broker start {broker.start_seconds:.1f}s, "
+                  f"peak RSS {rss / 2**20:.0f} MiB")
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def bootstrap(kafka_broker) -> str:
+    return kafka_broker.bootstrap
+
+
+@pytest.fixture(scope="session")
+def kafka_admin(bootstrap):
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+    yield admin
+    admin.close()
+
+
+def create_topic(admin, name: str, partitions: int = 1) -> str:
+    from kafka.admin import NewTopic
+
+    admin.create_topics([NewTopic(name, partitions, 1)], timeout_ms=30000)
+    return name
+
+
+@pytest.fixture
+def topic_factory(kafka_admin, request):
+    """``topic_factory(partitions=1) -> name``: unique topics, deleted after the test."""
+    made = []
+
+    def make(partitions: int = 1, prefix: str = "") -> str:
+        base = (prefix or request.node.name)[:60]
+        name = "t_" + "".join(c if c.isalnum() else "_" for c in base) + "_" + uuid.uuid4().hex[:8]
+        create_topic(kafka_admin, name, partitions)
+        made.append(name)
+        return name
+
+    yield make
+    if made:
+        try:
+            kafka_admin.delete_topics(made, timeout_ms=30000)
+        except Exception:  # noqa: BLE001 - cleanup must not mask the test's result
+            pass
+
+
+@pytest.fixture
+def tmp_topic(topic_factory) -> str:
+    return topic_factory(1)
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    server = S3Server().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server):
+    import boto3
+
+    s3 = boto3.client("s3", **s3_server.client_kwargs())
+    name = "bk-" + uuid.uuid4().hex[:12]
+    s3.create_bucket(Bucket=name)
+    return name
+
+
+def build_spark(app_name: str = "barrier-kafka-tests", shuffle_partitions: int = 4, **conf):
+    """A local[2] SparkSession with the plugin registered (driver)."""
+    from pyspark.sql import SparkSession
+
+    import barrier_source
+
+    builder = (SparkSession.builder.master("local[2]").appName(app_name)
+               .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+               .config("spark.ui.enabled", "false")
+               .config("spark.driver.memory", "2g")
+               .config("spark.sql.streaming.stopTimeout", "60s")
+               .config("spark.python.worker.reuse", "true")
+               .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    barrier_source.register(spark)
+    return spark
+
+
+@pytest.fixture(scope="session")
+def spark():
+    session = build_spark()
+    yield session
+    session.stop()
