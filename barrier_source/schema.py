@@ -2,7 +2,11 @@
 
 Every row has a ``kind``:
 
-* ``record``  - a Kafka record (Spark's Kafka source columns).
+* ``record``  - a Kafka record (Spark's Kafka source columns). ``checkpoint_id`` is the record's
+  epoch: the id of the first checkpoint whose barrier follows it on its channel (records between
+  barrier n-1 and barrier n carry n). The source knows it when planning (ids are consecutive), so
+  2PC sinks commit a record's transaction when that checkpoint completes. The other barrier
+  columns are null on records.
 * ``barrier`` - CheckpointBarrier ``checkpoint_id`` on channel ``topic``/``partition``; ``offset`` is
   the barrier's position: records of that channel with a smaller offset belong to checkpoint
   ``checkpoint_id``'s state, the rest to later ones. ``barrier_channels`` lists every channel
