@@ -29,7 +29,31 @@ class BarrierKafkaDataSource(DataSource):
 
         return BarrierKafkaStreamReader(self.options, schema)
 
+    def streamWriter(self, schema, overwrite):
+        """The exactly-once Kafka sink (driver). Spark calls this before every batch's tasks and
+        in the commit worker; the first call in a process finishes interrupted commits."""
+        from barrier_sink.kafka_sink import KafkaTwoPhaseCommitWriter
+
+        writer = KafkaTwoPhaseCommitWriter(self.options, schema)
+        writer.recover_once()
+        return writer
+
+
+class BarrierFilesDataSource(DataSource):
+    """``writeStream.format("barrier-files")``: the exactly-once Parquet file sink."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "barrier-files"
+
+    def streamWriter(self, schema, overwrite):
+        from barrier_sink.file_sink import FileTwoPhaseCommitWriter
+
+        writer = FileTwoPhaseCommitWriter(self.options, schema)
+        writer.recover_once()
+        return writer
+
 
 def data_sources() -> List[Type[DataSource]]:
     """Every data source class :func:`barrier_source.register` registers."""
-    return [BarrierKafkaDataSource]
+    return [BarrierKafkaDataSource, BarrierFilesDataSource]

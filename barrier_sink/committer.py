@@ -1,0 +1,204 @@
+"""``SinkCommitter``: the driver half of a two-phase-commit sink.
+
+Runs on the driver inside ``writer.commit``/``writer.abort``, which PySpark calls in a short-lived
+Python worker: everything it knows comes from the commit messages and from durable storage (the
+state backend), never from memory of earlier batches. Every step is idempotent, because Spark
+calls ``commit(N)`` again when it replays batch N after a crash.
+
+Durable layout (in the checkpoint storage)::
+
+    sink/batch-<N>.json      the batch's pre-committed handles, barriers and acks, and which
+                             handles are committed; written before any checkpoint uses it
+    _completed_offsets.json  offsets of the newest committed checkpoint, for the source's
+                             consumer-group commit
+
+Protocol of ``on_batch_committed(N)`` (numbered as in the code):
+
+1. Dedupe a replay: handles whose transactional.id was already committed in an earlier attempt
+   of batch N are duplicates of committed output: abort them. Handles of the earlier attempt
+   that this attempt did not reproduce are aborted too (they were fenced or are debris).
+2. Record batch N durably (one atomic put).
+3. Feed barriers and acks to the checkpoint coordinator, which completes checkpoints (metadata
+   written last) and returns the newest completed checkpoint.
+4. notifyCheckpointComplete(n): commit every recorded, uncommitted handle of epoch <= n (handles
+   without an epoch belong to the first checkpoint completed at or after their batch), marking
+   each batch record as it goes; then publish n's offsets for the consumer-group commit.
+
+Scenarios after a crash (as in Flink's notifyCheckpointComplete comment):
+(1) crash before 2: Spark replays N; the replay's tasks fence the attempt's transactions (same
+    transactional.ids) and step 1 aborts leftovers.  (2) crash between 3 and 4: the checkpoint is
+    complete but its transactions are open; the replayed commit(N) or the recovery at the next
+    query start commits them (idempotent).  (3) crash after 4 but before Spark wrote commits/N:
+    the replay's output duplicates committed output; step 1 aborts it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from abc import ABC, abstractmethod
+from typing import Dict, Iterable, List, Optional
+
+from barrier_sink.messages import SinkCommitMessage
+
+logger = logging.getLogger(__name__)
+
+BATCH_PREFIX = "sink/batch-"
+COMPLETED_OFFSETS = "_completed_offsets.json"
+
+
+def batch_path(batch_id: int) -> str:
+    return f"{BATCH_PREFIX}{batch_id:012d}.json"
+
+
+class SinkCommitter(ABC):
+    """Driver-side commit logic shared by the Kafka and file sinks."""
+
+    def __init__(self, backend, coordinator_factory) -> None:
+        self.backend = backend
+        self._coordinator_factory = coordinator_factory
+
+    # ------------------------------------------------------------------ subclass hooks
+    @abstractmethod
+    def handle_id(self, handle: dict) -> str:
+        """Stable identity of a handle across attempts (transactional.id / staged path)."""
+
+    @abstractmethod
+    def commit_handle(self, handle: dict) -> None:
+        """Make the handle's output visible; idempotent."""
+
+    @abstractmethod
+    def abort_handle(self, handle: dict) -> None:
+        """Discard the handle's output; idempotent, also for already-fenced handles."""
+
+    # ------------------------------------------------------------------ durable records
+    def load_batch(self, batch_id: int) -> Optional[dict]:
+        path = batch_path(batch_id)
+        if not self.backend.exists(path):
+            return None
+        return json.loads(self.backend.get(path))
+
+    def _store_batch(self, record: dict) -> None:
+        self.backend.put(batch_path(record["batch_id"]),
+                         json.dumps(record, sort_keys=True).encode())
+
+    def recorded_batches(self) -> List[int]:
+        out = []
+        for p in self.backend.list("sink/"):
+            name = p.rsplit("/", 1)[-1]
+            if name.startswith("batch-") and name.endswith(".json"):
+                out.append(int(name[6:-5]))
+        return sorted(out)
+
+    # ------------------------------------------------------------------ protocol
+    def on_batch_committed(self, batch_id: int, messages: Iterable[SinkCommitMessage]) -> None:
+        messages = list(messages)
+        handles = [h for m in messages for h in m.handles]
+        previous = self.load_batch(batch_id)
+        # Step 1. Dedupe a replay of batch N.
+        if previous is not None:
+            done = dict(previous.get("committed", {}))
+            fresh = []
+            for h in handles:
+                if self.handle_id(h) in done:
+                    logger.info("batch %d: %s already committed by an earlier attempt; "
+                                "aborting the replay's duplicate", batch_id, self.handle_id(h))
+                    self.abort_handle(h)
+                else:
+                    fresh.append(h)
+            new_ids = {self.handle_id(h) for h in handles}
+            for h in previous["handles"]:
+                hid = self.handle_id(h)
+                if hid not in new_ids and hid not in done:
+                    self.abort_handle(h)
+            handles = fresh + [h for h in previous["handles"] if self.handle_id(h) in done]
+        # Step 2. Record batch N durably.
+        record = {"batch_id": batch_id, "handles": handles,
+                  "barriers": [b for m in messages for b in m.barriers],
+                  "acks": [a for m in messages for a in m.acks],
+                  "committed": dict((previous or {}).get("committed", {})),
+                  "records": sum(m.records for m in messages)}
+        self._store_batch(record)
+        # Step 3. Let the coordinator complete checkpoints.
+        coordinator = self._coordinator_factory()
+        completed = coordinator.on_batch(batch_id, record["barriers"], record["acks"],
+                                         record["handles"])
+        # Step 4. notifyCheckpointComplete.
+        if completed is not None:
+            self.notify_checkpoint_complete(completed, batch_id, coordinator)
+
+    def on_batch_aborted(self, batch_id: int, messages: Iterable[SinkCommitMessage]) -> None:
+        """Spark aborted batch N: its transactions must never become visible."""
+        for m in messages:
+            for h in m.handles:
+                self.abort_handle(h)
+        logger.warning("batch %d aborted by Spark; its transactions were aborted", batch_id)
+
+    def notify_checkpoint_complete(self, completed, batch_id: int, coordinator=None) -> None:
+        """Commit every uncommitted handle belonging to checkpoints <= ``completed.checkpoint_id``.
+
+        ``completed`` has ``checkpoint_id``, ``completion_batch`` (the batch whose commit
+        completed it) and ``offsets``. Commits continue past a failing handle; the first error
+        is raised after the loop (as Flink does), so one bad transaction does not block others.
+        """
+        n = completed.checkpoint_id
+        first_error = None
+        committed_by_n: List[dict] = []
+        for b in self.recorded_batches():
+            if b > batch_id:
+                break
+            record = self.load_batch(b)
+            done = dict(record.get("committed", {}))
+            committed_by_n += [h for h in record["handles"] if done.get(self.handle_id(h)) == n]
+            changed = False
+            for h in record["handles"]:
+                hid = self.handle_id(h)
+                epoch = h.get("checkpoint_id")
+                belongs = (epoch is not None and epoch <= n) or (
+                    epoch is None and b <= completed.completion_batch)
+                if hid in done or not belongs:
+                    continue
+                try:
+                    self.commit_handle(h)
+                    done[hid] = n
+                    committed_by_n.append(h)
+                    changed = True
+                except Exception as exc:  # noqa: BLE001 - keep going, re-raise the first
+                    logger.error("checkpoint %d: commit of %s failed: %s", n, hid, exc)
+                    first_error = first_error or exc
+            if changed:
+                record["committed"] = done
+                self._store_batch(record)
+        if first_error is not None:
+            raise first_error
+        self.after_commit(n, committed_by_n)
+        self.backend.put(COMPLETED_OFFSETS, json.dumps(
+            {"checkpoint_id": n, "offsets": completed.offsets}, sort_keys=True).encode())
+        if coordinator is not None and hasattr(coordinator, "mark_committed"):
+            coordinator.mark_committed(n)
+        self.prune(batch_id)
+        logger.info("checkpoint %d committed (batch %d)", n, batch_id)
+
+    def after_commit(self, checkpoint_id: int, handles: List[dict]) -> None:
+        """Hook: every handle checkpoint ``checkpoint_id`` committed (also ones an interrupted
+        earlier notification already committed). Default: nothing."""
+
+    def prune(self, upto_batch: int, keep: int = 20) -> None:
+        """Delete records of fully committed batches, keeping the newest ``keep``."""
+        batches = [b for b in self.recorded_batches() if b <= upto_batch]
+        for b in batches[:-keep]:
+            record = self.load_batch(b)
+            if {self.handle_id(h) for h in record["handles"]} <= set(record.get("committed", [])):
+                self.backend.delete_prefix(batch_path(b))
+
+    def recover(self) -> None:
+        """At query start: finish what a crash interrupted (driver, before the first task).
+
+        1. Checkpoints the coordinator completed whose handles are not all committed: commit.
+        2. Everything else is left to the replay of the interrupted batch (step 1 of
+           ``on_batch_committed``) and to ``abort_lingering`` for ids no replay reuses.
+        """
+        coordinator = self._coordinator_factory()
+        completed = coordinator.latest_completed()
+        if completed is not None:
+            self.notify_checkpoint_complete(completed, completed.completion_batch, coordinator)

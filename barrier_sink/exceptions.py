@@ -1,0 +1,24 @@
+"""Exceptions of the two-phase-commit sinks."""
+
+from barrier_source.exceptions import BarrierKafkaError, InvalidOptionError
+
+
+class SinkError(BarrierKafkaError):
+    """A sink could not write, pre-commit, commit or abort."""
+
+
+class TransactionCommitError(SinkError):
+    """A pre-committed transaction of a completed checkpoint could not be committed.
+
+    Operator action: the data is still in Kafka as a pre-committed transaction until
+    ``transaction.timeout.ms`` expires; restart the query from the same checkpoint location
+    before then and recovery commits it again.
+    """
+
+
+class TransactionTimeoutTooShortError(InvalidOptionError):
+    """``transaction.timeout.ms`` cannot cover checkpoint interval + timeout + restart budget."""
+
+
+__all__ = ["SinkError", "TransactionCommitError", "TransactionTimeoutTooShortError",
+           "InvalidOptionError"]

@@ -1,0 +1,128 @@
+"""The exactly-once Parquet file sink: ``df.writeStream.format("barrier-files")``.
+
+Executors write each task's rows of one epoch to one staged Parquet file under
+``<path>/_staging/`` (invisible: Spark and most readers skip ``_``-prefixed folders). When the
+epoch's checkpoint completes the driver publishes each staged file under its final name
+(``part-b<batch>-p<task>-e<epoch>.parquet``; a rename locally, a server-side copy on S3) and then
+writes the manifest ``_manifests/chk-<n>.json`` listing the files checkpoint n published.
+
+Readers that follow the published set (:func:`published_files`, or ``spark.read.parquet`` on a
+local path) never see a partial file; a replayed batch's duplicates are aborted (their staged
+files deleted) before they are ever published.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from typing import Dict, List
+
+from barrier_sink.committer import SinkCommitter
+from barrier_sink.file_store import FileStore, file_store_from_path
+from barrier_sink.options import COMMON_SINK_OPTIONS, FILE_SINK_OPTIONS, CheckpointSinkOptions, _check_unknown, _get
+from barrier_sink.two_phase_commit import TwoPhaseCommitWriter
+
+logger = logging.getLogger(__name__)
+
+PROTOCOL_COLUMNS = ("kind", "checkpoint_id", "ack", "barrier_channels", "checkpoint_timestamp")
+
+
+class StagedFile:
+    """Rows of one epoch of one task, buffered then written as one staged Parquet file."""
+
+    def __init__(self, staged: str, final: str, checkpoint_id, batch_id, partition_id) -> None:
+        self.staged, self.final = staged, final
+        self.checkpoint_id, self.batch_id, self.partition_id = checkpoint_id, batch_id, partition_id
+        self.rows: List[dict] = []
+
+
+class FileSinkCommitter(SinkCommitter):
+    def __init__(self, backend, coordinator_factory, store: FileStore) -> None:
+        super().__init__(backend, coordinator_factory)
+        self.store = store
+
+    def handle_id(self, handle: dict) -> str:
+        return handle["final"]
+
+    def commit_handle(self, handle: dict) -> None:
+        self.store.publish(handle["staged"], handle["final"])
+
+    def abort_handle(self, handle: dict) -> None:
+        self.store.delete(handle["staged"])
+
+    def after_commit(self, checkpoint_id: int, handles: List[dict]) -> None:
+        """Write ``_manifests/chk-<n>.json`` listing the files checkpoint n published, after
+        they are all in place (so a manifest never names a missing file)."""
+        files = sorted(h["final"] for h in handles)
+        self.store.put(f"_manifests/chk-{checkpoint_id:012d}.json",
+                       json.dumps({"checkpoint_id": checkpoint_id, "files": files}).encode())
+
+
+class FileTwoPhaseCommitWriter(TwoPhaseCommitWriter):
+    """Stream writer of the Parquet file sink (driver-created, pickled to executors)."""
+
+    def __init__(self, options: Dict[str, str], schema) -> None:
+        super().__init__(dict(options))
+        _check_unknown(options, {**COMMON_SINK_OPTIONS, **FILE_SINK_OPTIONS})
+        self.checkpoint = CheckpointSinkOptions.parse(options)
+        self.store = file_store_from_path(_get(options, "path"), options)
+        names = schema.fieldNames()
+        for col in ("kind", "checkpoint_id"):
+            if col not in names:
+                from barrier_sink.exceptions import InvalidOptionError
+
+                raise InvalidOptionError(f"The barrier-files sink needs column '{col}'.")
+        self.data_columns = [n for n in names if n not in PROTOCOL_COLUMNS]
+        self.schema = schema
+
+    def _arrow_schema(self):
+        from pyspark.sql.pandas.types import to_arrow_schema
+        from pyspark.sql.types import StructType
+
+        return to_arrow_schema(StructType([f for f in self.schema.fields
+                                           if f.name in self.data_columns]))
+
+    def begin_transaction(self, batch_id, partition_id, checkpoint_id):
+        epoch = "n" if checkpoint_id is None else str(checkpoint_id)
+        name = f"part-b{batch_id:09d}-p{partition_id:05d}-e{epoch}.parquet"
+        return StagedFile(f"_staging/{name}", name, checkpoint_id, batch_id, partition_id)
+
+    def invoke(self, txn: StagedFile, row) -> None:
+        txn.rows.append({c: row[c] for c in self.data_columns})
+
+    def pre_commit(self, txn: StagedFile):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if not txn.rows:
+            return None
+        table = pa.Table.from_pylist(txn.rows, schema=self._arrow_schema())
+        buf = io.BytesIO()
+        pq.write_table(table, buf)
+        self.store.put(txn.staged, buf.getvalue())
+        return {"staged": txn.staged, "final": txn.final, "checkpoint_id": txn.checkpoint_id,
+                "batch_id": txn.batch_id, "partition_id": txn.partition_id,
+                "records": len(txn.rows)}
+
+    def abort_open(self, txn: StagedFile) -> None:
+        self.store.delete(txn.staged)
+
+    def committer(self) -> FileSinkCommitter:
+        from barrier_sink.checkpointing import coordinator_factory
+
+        backend = self.checkpoint.open_backend()
+        return FileSinkCommitter(backend, coordinator_factory(backend, self.checkpoint),
+                                 self.store)
+
+    def storage_uri(self) -> str:
+        return self.checkpoint.storage_uri
+
+
+def published_files(path: str, options: Dict[str, str] = None) -> List[str]:
+    """Every file published by completed checkpoints, from the manifests (driver)."""
+    store = file_store_from_path(path, options or {})
+    out: List[str] = []
+    for m in store.list("_manifests/"):
+        out += json.loads(store.get(m))["files"]
+    return [store.uri(f) for f in sorted(set(out))]

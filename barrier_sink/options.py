@@ -1,0 +1,228 @@
+"""Options of the two-phase-commit sinks, parsed once on the driver into frozen dataclasses.
+
+Names follow Spark's Kafka sink (``kafka.*``, ``topic``) and Flink's checkpoint / KafkaSink
+configuration (``transactionalIdPrefix``, ``execution.checkpointing.*``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from typing import Dict, Mapping, Optional
+
+from barrier_sink.exceptions import InvalidOptionError, TransactionTimeoutTooShortError
+
+logger = logging.getLogger(__name__)
+
+# name -> (default, meaning). The docs are generated from these tables.
+COMMON_SINK_OPTIONS: Dict[str, tuple] = {
+    "checkpointLocation": (None, "Spark's checkpoint location (set by writeStream)."),
+    "checkpoint.storage": ("<checkpointLocation>/barrier-checkpoints",
+                           "State backend URI where checkpoint metadata, sink transaction "
+                           "handles and statistics are stored: a path, file://, s3://bucket/"
+                           "prefix or memory://name. Share it with the source and operators."),
+    "execution.checkpointing.interval": ("0", "Checkpoint interval in ms, as set on the source; "
+                                         "used by the transaction-timeout guard."),
+    "execution.checkpointing.timeout": ("600000", "A pending checkpoint older than this (ms) "
+                                        "is aborted (expired)."),
+    "execution.checkpointing.tolerable-failed-checkpoints": (
+        "0", "Consecutive failed checkpoints tolerated before the query fails."),
+    "restart.budget.ms": ("300000", "How long a crashed query may take to restart before its "
+                          "pre-committed transactions must still be open (transaction-timeout "
+                          "guard)."),
+    "state.checkpoints.num-retained": ("3", "Completed checkpoints kept; older ones are "
+                                       "discarded (savepoints never)."),
+    "s3.endpoint": (None, "S3 endpoint URL for an s3:// checkpoint.storage (e.g. MinIO)."),
+    "s3.region": (None, "S3 region."),
+    "s3.access.key": (None, "S3 access key (secret: never logged)."),
+    "s3.secret.key": (None, "S3 secret key (secret: never logged)."),
+}
+
+KAFKA_SINK_OPTIONS: Dict[str, tuple] = {
+    "kafka.bootstrap.servers": (None, "Kafka brokers (required). Any other kafka.* option is "
+                                "passed to the producer (kafka-python names, dots allowed)."),
+    "topic": (None, "Topic for every record; overrides a `topic` column as in Spark's sink."),
+    "transactionalIdPrefix": ("barrier-kafka-<hash of checkpointLocation>",
+                              "Prefix of every transactional.id this sink uses. Two queries "
+                              "with different prefixes never fence each other."),
+    "kafka.transaction.timeout.ms": ("900000", "Kafka transaction timeout; must exceed "
+                                     "interval + checkpoint timeout + restart budget and not "
+                                     "exceed the broker's transaction.max.timeout.ms."),
+}
+
+FILE_SINK_OPTIONS: Dict[str, tuple] = {
+    "path": (None, "Output folder: a local path, file:// or s3://bucket/prefix (required)."),
+}
+
+SECRET_KEYS = ("password", "secret", "jaas", "token", "key.password")
+
+
+def is_secret(name: str) -> bool:
+    lowered = name.lower()
+    return any(s in lowered for s in SECRET_KEYS) and name != "s3.access.key"
+
+
+def redact(options: Mapping[str, str]) -> Dict[str, str]:
+    return {k: ("***" if is_secret(k) else v) for k, v in options.items()}
+
+
+def _int(options: Mapping[str, str], name: str, default: object) -> int:
+    raw = _get(options, name)
+    raw = default if raw is None else raw
+    try:
+        value = int(str(raw))
+    except ValueError:
+        raise InvalidOptionError(f"Option '{name}' must be an integer, got {raw!r}.") from None
+    if value < 0:
+        raise InvalidOptionError(f"Option '{name}' must be >= 0, got {value}.")
+    return value
+
+
+def _check_unknown(options: Mapping[str, str], known: Dict[str, tuple]) -> None:
+    import difflib
+
+    lower_known = {k.lower(): k for k in known}
+    for name in options:
+        if name.lower() in lower_known or name.lower().startswith("kafka."):
+            continue
+        close = difflib.get_close_matches(name.lower(), lower_known, n=1)
+        hint = f" Did you mean '{lower_known[close[0]]}'?" if close else ""
+        raise InvalidOptionError(f"Unknown sink option '{name}'.{hint} Valid options: "
+                                 f"{', '.join(sorted(known))} and kafka.*.")
+
+
+def _get(options: Mapping[str, str], name: str) -> Optional[str]:
+    """Spark lower-cases option keys on some paths: look up case-insensitively."""
+    if name in options:
+        return options[name]
+    lowered = name.lower()
+    for k, v in options.items():
+        if k.lower() == lowered:
+            return v
+    return None
+
+
+def kafka_client_config(options: Mapping[str, str]) -> Dict[str, object]:
+    """``kafka.*`` options as kafka-python keyword arguments (``kafka.a.b`` -> ``a_b``)."""
+    conf: Dict[str, object] = {}
+    for name, value in options.items():
+        if not name.lower().startswith("kafka.") or name.lower() == "kafka.transaction.timeout.ms":
+            continue
+        key = name[6:].replace(".", "_").lower()
+        if key in ("group_id", "transactional_id"):
+            raise InvalidOptionError(
+                f"Option '{name}' is not allowed on the sink: the transactional.id is built "
+                "from 'transactionalIdPrefix'.")
+        conf[key] = value
+    if "bootstrap_servers" not in conf:
+        raise InvalidOptionError("Option 'kafka.bootstrap.servers' is required by the "
+                                 "barrier-kafka sink.")
+    for k in ("request_timeout_ms", "max_request_size", "linger_ms", "batch_size",
+              "retries", "retry_backoff_ms", "max_block_ms", "buffer_memory"):
+        if k in conf:
+            conf[k] = int(conf[k])
+    return conf
+
+
+@dataclass(frozen=True)
+class CheckpointSinkOptions:
+    """Options every 2PC sink shares (driver; pickled to executors)."""
+
+    checkpoint_location: str
+    storage_uri: str
+    interval_ms: int
+    checkpoint_timeout_ms: int
+    tolerable_failures: int
+    restart_budget_ms: int
+    num_retained: int
+    storage_options: Dict[str, str] = field(repr=False, default_factory=dict)
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> "CheckpointSinkOptions":
+        t = COMMON_SINK_OPTIONS
+        location = _get(options, "checkpointLocation")
+        storage = _get(options, "checkpoint.storage")
+        if not storage:
+            if not location:
+                raise InvalidOptionError(
+                    "The barrier-kafka sinks need option 'checkpointLocation' (or "
+                    "'checkpoint.storage'): completed checkpoints and pre-committed "
+                    "transactions are recorded there.")
+            storage = location.rstrip("/") + "/barrier-checkpoints"
+        lowered = {k.lower(): v for k, v in options.items()}
+
+        def num(name: str) -> int:
+            return _int(options, name, t[name][0])
+
+        return cls(
+            checkpoint_location=location or storage,
+            storage_uri=storage,
+            interval_ms=num("execution.checkpointing.interval"),
+            checkpoint_timeout_ms=num("execution.checkpointing.timeout"),
+            tolerable_failures=num("execution.checkpointing.tolerable-failed-checkpoints"),
+            restart_budget_ms=num("restart.budget.ms"),
+            num_retained=num("state.checkpoints.num-retained"),
+            storage_options={k: v for k, v in lowered.items() if k.startswith("s3.")},
+        )
+
+    def open_backend(self):
+        from state_backends.registry import backend_from_uri
+
+        return backend_from_uri(self.storage_uri, self.storage_options)
+
+
+@dataclass(frozen=True)
+class KafkaSinkOptions:
+    """Options of the exactly-once Kafka sink (``writeStream.format("barrier-kafka")``)."""
+
+    checkpoint: CheckpointSinkOptions
+    topic: Optional[str]
+    transactional_id_prefix: str
+    transaction_timeout_ms: int
+    kafka: Dict[str, object] = field(repr=False, default_factory=dict)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> "KafkaSinkOptions":
+        _check_unknown(options, {**COMMON_SINK_OPTIONS, **KAFKA_SINK_OPTIONS})
+        checkpoint = CheckpointSinkOptions.parse(options)
+        prefix = _get(options, "transactionalIdPrefix")
+        if not prefix:
+            digest = hashlib.sha1(checkpoint.checkpoint_location.encode()).hexdigest()[:12]
+            prefix = f"barrier-kafka-{digest}"
+        timeout = _int(options, "kafka.transaction.timeout.ms",
+                       KAFKA_SINK_OPTIONS["kafka.transaction.timeout.ms"][0])
+        opts = cls(checkpoint, _get(options, "topic"), prefix, timeout,
+                   kafka_client_config(options))
+        opts.check_transaction_timeout()
+        return opts
+
+    def check_transaction_timeout(self, broker_max_ms: Optional[int] = None) -> None:
+        """The transaction-timeout guard (driver, at start).
+
+        A pre-committed transaction must outlive the longest time until its checkpoint's commit:
+        one checkpoint interval to the next barrier, the checkpoint timeout to complete it, and the
+        restart budget when a crash comes between completion and commit. If Kafka aborts the
+        transaction first, its records are lost: so refuse to start instead.
+        """
+        c = self.checkpoint
+        needed = c.interval_ms + c.checkpoint_timeout_ms + c.restart_budget_ms
+        if self.transaction_timeout_ms < needed:
+            raise TransactionTimeoutTooShortError(
+                f"Option 'kafka.transaction.timeout.ms' = {self.transaction_timeout_ms} is "
+                f"shorter than execution.checkpointing.interval ({c.interval_ms}) + "
+                f"execution.checkpointing.timeout ({c.checkpoint_timeout_ms}) + "
+                f"restart.budget.ms ({c.restart_budget_ms}) = {needed} ms: Kafka could abort "
+                "a pre-committed transaction before its checkpoint commits it, losing data. "
+                f"Raise kafka.transaction.timeout.ms to at least {needed} or lower the others.")
+        if broker_max_ms is not None and self.transaction_timeout_ms > broker_max_ms:
+            raise TransactionTimeoutTooShortError(
+                f"Option 'kafka.transaction.timeout.ms' = {self.transaction_timeout_ms} exceeds "
+                f"the broker's transaction.max.timeout.ms = {broker_max_ms}; the broker would "
+                "refuse every transaction. Lower it, or raise transaction.max.timeout.ms on the "
+                "brokers.")
+
+    def transactional_id(self, batch_id: int, partition_id: int,
+                         checkpoint_id: Optional[int]) -> str:
+        epoch = "n" if checkpoint_id is None else str(checkpoint_id)
+        return f"{self.transactional_id_prefix}-b{batch_id}-p{partition_id}-e{epoch}"

@@ -1,0 +1,209 @@
+"""Kafka transactions that are begun on an executor and finished on the driver.
+
+Executors (``TransactionalWriter``) write an epoch's rows into a Kafka transaction and flush it:
+that is the pre-commit. The transaction's identity (``TransactionHandle``: transactional.id,
+producer id, producer epoch) travels to the driver in the task's commit message. The driver
+finishes it later (``commit_handle`` / ``abort_handle``) by resuming the transaction from its
+handle, as Flink's KafkaSink does: the transaction coordinator only checks transactional.id,
+producer id and epoch, not which process sends EndTxn.
+
+Guarantees
+----------
+1. Committing a handle whose transaction is already committed succeeds (the broker answers a
+   retried EndTxn of the same producer epoch with success), so driver commits are idempotent.
+2. A handle fenced by a newer producer with the same transactional.id (a task retry or a replayed
+   batch) can no longer commit: ``commit_handle`` reports ``FENCED``, never writes twice.
+3. ``fence_and_abort`` aborts whatever transaction a transactional.id has open, whoever opened it.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Dict, Iterable, List, Optional
+
+logger = logging.getLogger(__name__)
+
+
+class EndResult(enum.Enum):
+    """Outcome of finishing a resumed transaction (expected outcomes are values, not errors)."""
+
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+    FENCED = "fenced"  # a newer producer epoch owns the transactional.id now
+
+
+@dataclass(frozen=True)
+class TransactionHandle:
+    """Identity of one pre-committed Kafka transaction. Picklable, JSON-able.
+
+    ``checkpoint_id`` is the epoch of the rows it holds (None when the rows carried no epoch: it
+    then belongs to the first checkpoint completing at or after ``batch_id``).
+    """
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    batch_id: int
+    partition_id: int
+    checkpoint_id: Optional[int]
+    records: int
+    partitions: List[List] = field(default_factory=list)  # [[topic, partition], ...]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "TransactionHandle":
+        return cls(**d)
+
+
+def producer_config(kafka_config: Dict[str, object], transactional_id: str,
+                    transaction_timeout_ms: int) -> Dict[str, object]:
+    conf = dict(kafka_config)
+    conf.update(transactional_id=transactional_id, transaction_timeout_ms=transaction_timeout_ms,
+                enable_idempotence=True, acks="all")
+    return conf
+
+
+class TransactionalWriter:
+    """Writes one epoch's rows of one task into one Kafka transaction (runs on an executor).
+
+    1. ``open()``: ``init_transactions`` (fences any earlier producer with the same id, i.e. a
+       failed attempt of this task, and aborts its open transaction), then ``begin_transaction``.
+    2. ``send()`` rows.
+    3. ``pre_commit()``: flush and return the handle; the transaction stays open, uncommitted.
+    """
+
+    def __init__(self, kafka_config: Dict[str, object], transactional_id: str,
+                 transaction_timeout_ms: int, batch_id: int, partition_id: int,
+                 checkpoint_id: Optional[int]) -> None:
+        self._conf = producer_config(kafka_config, transactional_id, transaction_timeout_ms)
+        self.transactional_id = transactional_id
+        self.batch_id = batch_id
+        self.partition_id = partition_id
+        self.checkpoint_id = checkpoint_id
+        self._producer = None
+        self._records = 0
+        self._partitions = set()
+
+    def open(self) -> "TransactionalWriter":
+        from kafka import KafkaProducer
+
+        self._producer = KafkaProducer(**self._conf)
+        self._producer.init_transactions()
+        self._producer.begin_transaction()
+        return self
+
+    def send(self, topic: str, value, key=None, headers=None, partition=None) -> None:
+        fut = self._producer.send(topic, value=value, key=key, headers=headers,
+                                  partition=partition)
+        self._records += 1
+        self._pending = fut
+
+    def pre_commit(self) -> TransactionHandle:
+        """Flush every record; the transaction stays open. Returns its handle."""
+        self._producer.flush()
+        tm = self._producer._transaction_manager
+        pid_epoch = tm.producer_id_and_epoch
+        parts = sorted([tp.topic, tp.partition] for tp in tm._partitions_in_transaction)
+        handle = TransactionHandle(self.transactional_id, pid_epoch.producer_id,
+                                   pid_epoch.epoch, self.batch_id, self.partition_id,
+                                   self.checkpoint_id, self._records, parts)
+        logger.debug("%s: pre-committed %d records (producer %d epoch %d)",
+                     self.transactional_id, self._records, pid_epoch.producer_id,
+                     pid_epoch.epoch)
+        return handle
+
+    def close_without_finishing(self) -> None:
+        """Release sockets; leaves the transaction open for the driver to finish."""
+        if self._producer is not None:
+            _close_quietly(self._producer)
+            self._producer = None
+
+    def abort(self) -> None:
+        if self._producer is not None:
+            try:
+                self._producer.abort_transaction()
+            finally:
+                _close_quietly(self._producer)
+                self._producer = None
+
+
+def _close_quietly(producer) -> None:
+    try:
+        producer.close(timeout=5)
+    except Exception:  # noqa: BLE001 - closing must never mask the real outcome
+        logger.debug("producer close failed", exc_info=True)
+
+
+def _resume(kafka_config: Dict[str, object], handle: TransactionHandle, timeout_ms: int):
+    """A producer that continues ``handle``'s transaction (Flink's resumeTransaction)."""
+    from kafka import KafkaProducer
+    from kafka.producer.transaction_manager import ProducerIdAndEpoch, TransactionState
+
+    producer = KafkaProducer(**producer_config(kafka_config, handle.transactional_id, timeout_ms))
+    tm = producer._transaction_manager
+    with tm._lock:
+        tm.set_producer_id_and_epoch(ProducerIdAndEpoch(handle.producer_id, handle.producer_epoch))
+        tm._current_state = TransactionState.IN_TRANSACTION
+        tm._transaction_started = True
+    return producer
+
+
+def _end(kafka_config: Dict[str, object], handle: TransactionHandle, commit: bool,
+         timeout_ms: int) -> EndResult:
+    from kafka import errors as Errors
+
+    producer = _resume(kafka_config, handle, timeout_ms)
+    try:
+        if commit:
+            producer.commit_transaction()
+        else:
+            producer.abort_transaction()
+    except (Errors.ProducerFencedError, Errors.InvalidProducerEpochError) as exc:
+        logger.warning("%s: producer %d epoch %d fenced (%s); nothing to %s",
+                       handle.transactional_id, handle.producer_id, handle.producer_epoch,
+                       exc.__class__.__name__, "commit" if commit else "abort")
+        return EndResult.FENCED
+    except Errors.InvalidTxnStateError:
+        # The transaction ended the other way (e.g. aborted by its timeout) or a newer one
+        # started; an abort of a finished transaction is a no-op, a commit is a failure.
+        if not commit:
+            return EndResult.ABORTED
+        raise
+    finally:
+        _close_quietly(producer)
+    return EndResult.COMMITTED if commit else EndResult.ABORTED
+
+
+def commit_handle(kafka_config: Dict[str, object], handle: TransactionHandle,
+                  timeout_ms: int = 60000) -> EndResult:
+    """Commit a pre-committed transaction from the driver. Idempotent (guarantee 1)."""
+    result = _end(kafka_config, handle, True, timeout_ms)
+    logger.debug("%s: commit -> %s", handle.transactional_id, result.value)
+    return result
+
+
+def abort_handle(kafka_config: Dict[str, object], handle: TransactionHandle,
+                 timeout_ms: int = 60000) -> EndResult:
+    """Abort a pre-committed transaction from the driver. Idempotent."""
+    return _end(kafka_config, handle, False, timeout_ms)
+
+
+def fence_and_abort(kafka_config: Dict[str, object], transactional_id: str,
+                    timeout_ms: int = 60000) -> None:
+    """Abort whatever transaction ``transactional_id`` has open by initialising a new producer
+    epoch for it (the coordinator aborts the old epoch's transaction)."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(**producer_config(kafka_config, transactional_id, timeout_ms))
+    try:
+        producer.init_transactions()
+    finally:
+        _close_quietly(producer)
+
+
+def handles_by_transactional_id(handles: Iterable[TransactionHandle]) -> Dict[str, TransactionHandle]:
+    return {h.transactional_id: h for h in handles}

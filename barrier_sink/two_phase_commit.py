@@ -1,0 +1,139 @@
+"""``TwoPhaseCommitWriter``: the template every barrier-kafka sink builds on, after Flink's
+TwoPhaseCommitSinkFunction.
+
+Where code runs
+---------------
+* ``write`` runs per task on executors: rows of each epoch (``checkpoint_id`` column) go into their
+  own transaction (``begin_transaction``/``invoke``); at the end of the task every transaction is
+  pre-committed (``pre_commit``) and its handle, plus the barrier and ack rows the task saw,
+  returned in a :class:`~barrier_sink.messages.SinkCommitMessage`. Barrier and ack rows are never
+  written as output.
+* ``commit(messages, batchId)`` runs on the driver in a short-lived Python worker. It hands the
+  messages to :class:`~barrier_sink.committer.SinkCommitter`, which records them durably, lets the
+  checkpoint coordinator complete checkpoints, and on notifyCheckpointComplete(n) commits every
+  pre-committed transaction of epochs <= n (``commit_handle``).
+* ``abort(messages, batchId)`` (Spark gave up on the batch) aborts the batch's transactions.
+
+Subclasses implement ``begin_transaction``, ``invoke``, ``pre_commit``, ``commit_handle``,
+``abort_handle`` and ``recover`` (abort debris of crashed attempts).
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from typing import Any, Dict, Iterator, List, Optional
+
+from pyspark.sql.datasource import DataSourceStreamWriter
+
+from barrier_sink.messages import SinkCommitMessage
+
+logger = logging.getLogger(__name__)
+
+_recovered: set = set()  # storage URIs recovered by this Python process (an optimisation only)
+
+
+def current_batch_and_partition() -> tuple:
+    """Micro-batch id and task partition id of the running task (executor)."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    batch = ctx.getLocalProperty("streaming.sql.batchId")
+    if batch is None:
+        raise RuntimeError("bug: streaming.sql.batchId is not set in a sink task")
+    return int(batch), ctx.partitionId()
+
+
+def barrier_of(row) -> dict:
+    return {"checkpoint_id": int(row["checkpoint_id"]),
+            "channel": f"{row['topic']}:{row['partition']}",
+            "offset": int(row["offset"]) if row["offset"] is not None else None,
+            "channels": list(row["barrier_channels"] or []),
+            "timestamp": row["checkpoint_timestamp"]}
+
+
+class TwoPhaseCommitWriter(DataSourceStreamWriter, ABC):
+    """Template 2PC stream writer; see the module docstring for the protocol."""
+
+    def __init__(self, options) -> None:
+        self.options = options
+
+    # ------------------------------------------------------------------ subclass hooks
+    @abstractmethod
+    def begin_transaction(self, batch_id: int, partition_id: int,
+                          checkpoint_id: Optional[int]) -> Any:
+        """Open a transaction for one epoch of one task (executor)."""
+
+    @abstractmethod
+    def invoke(self, txn: Any, row) -> None:
+        """Write one record row into ``txn`` (executor)."""
+
+    @abstractmethod
+    def pre_commit(self, txn: Any) -> Optional[dict]:
+        """Make ``txn`` durable but invisible; return its JSON handle (None: nothing written)."""
+
+    @abstractmethod
+    def abort_open(self, txn: Any) -> None:
+        """Abort a transaction that failed before pre-commit (executor)."""
+
+    @abstractmethod
+    def committer(self):
+        """The driver-side :class:`~barrier_sink.committer.SinkCommitter` of this sink."""
+
+    # ------------------------------------------------------------------ executor
+    def write(self, iterator: Iterator) -> SinkCommitMessage:
+        batch_id, partition_id = current_batch_and_partition()
+        txns: Dict[Optional[int], Any] = {}
+        message = SinkCommitMessage(batch_id, partition_id)
+        try:
+            for row in iterator:
+                kind = row["kind"]
+                if kind == "record":
+                    epoch = row["checkpoint_id"]
+                    txn = txns.get(epoch)
+                    if txn is None:
+                        txn = txns[epoch] = self.begin_transaction(batch_id, partition_id, epoch)
+                    self.invoke(txn, row)
+                    message.records += 1
+                elif kind == "barrier":
+                    message.barriers.append(barrier_of(row))
+                elif kind == "ack":
+                    message.acks.append(row["ack"])
+                else:
+                    raise ValueError(f"row kind {kind!r} is not one of record, barrier, ack")
+            for epoch in sorted(txns, key=lambda e: (e is None, e or 0)):
+                handle = self.pre_commit(txns.pop(epoch))
+                if handle is not None:
+                    message.handles.append(handle)
+        except BaseException:
+            for txn in txns.values():
+                try:
+                    self.abort_open(txn)
+                except Exception:  # noqa: BLE001 - keep the original failure
+                    logger.warning("abort of an open transaction failed", exc_info=True)
+            raise
+        logger.debug("batch %d task %d: %d records, %d transactions, %d barriers, %d acks",
+                     batch_id, partition_id, message.records, len(message.handles),
+                     len(message.barriers), len(message.acks))
+        return message
+
+    # ------------------------------------------------------------------ driver
+    def commit(self, messages: List[SinkCommitMessage], batchId: int) -> None:
+        self.committer().on_batch_committed(batchId, [m for m in messages if m is not None])
+
+    def abort(self, messages: List[SinkCommitMessage], batchId: int) -> None:
+        self.committer().on_batch_aborted(batchId, [m for m in messages if m is not None])
+
+    def recover_once(self) -> None:
+        """Driver, when Spark creates the writer (before each batch's tasks and in the commit
+        worker): finish the commits of completed checkpoints that a crash interrupted. Runs once
+        per Python process and storage location; idempotent if it runs again."""
+        key = self.storage_uri()
+        if key in _recovered:
+            return
+        self.committer().recover()
+        _recovered.add(key)
+
+    @abstractmethod
+    def storage_uri(self) -> str:
+        """The checkpoint storage this sink records its protocol state in."""

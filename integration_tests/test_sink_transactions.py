@@ -1,0 +1,114 @@
+"""Kafka transactions begun in one process and finished in another, against the real broker:
+the mechanism the 2PC Kafka sink's driver-side commit rests on."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from kafka import KafkaConsumer, TopicPartition
+
+from barrier_sink.lingering import abort_lingering, list_lingering
+from barrier_sink.transaction import (EndResult, TransactionalWriter, TransactionHandle,
+                                      abort_handle, commit_handle, fence_and_abort)
+
+PRECOMMIT_IN_CHILD = r"""
+import json, os, sys
+from barrier_sink.transaction import TransactionalWriter
+bootstrap, topic, tid, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+w = TransactionalWriter({"bootstrap_servers": bootstrap}, tid, 60000, 0, 0, 1).open()
+for i in range(n):
+    w.send(topic, value=b"v%d" % i)
+print(json.dumps(w.pre_commit().to_json()), flush=True)
+os._exit(0)  # die without committing or aborting, like a task whose executor went away
+"""
+
+
+def read_committed(bootstrap, topic, timeout_s=10.0):
+    """All committed values of partition 0, waiting until the LSO reaches the end offset."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                             enable_auto_commit=False)
+    tp = TopicPartition(topic, 0)
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    values, deadline = [], time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for msgs in consumer.poll(timeout_ms=300).values():
+            values.extend(m.value for m in msgs)
+        if consumer.position(tp) >= consumer.end_offsets([tp])[tp]:
+            break
+    consumer.close()
+    return values
+
+
+def precommit_in_child(bootstrap, topic, tid, n) -> TransactionHandle:
+    out = subprocess.run([sys.executable, "-c", PRECOMMIT_IN_CHILD, bootstrap, topic, tid, str(n)],
+                         capture_output=True, text=True, timeout=120, check=True)
+    return TransactionHandle.from_json(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_commit_from_another_process_is_visible_and_idempotent(bootstrap, tmp_topic):
+    conf = {"bootstrap_servers": bootstrap}
+    handle = precommit_in_child(bootstrap, tmp_topic, "t-" + uuid.uuid4().hex, 20)
+    assert handle.records == 20 and handle.partitions == [[tmp_topic, 0]]
+    assert read_committed(bootstrap, tmp_topic, timeout_s=2) == []
+    assert commit_handle(conf, handle) is EndResult.COMMITTED
+    assert commit_handle(conf, handle) is EndResult.COMMITTED  # replayed commit: no error
+    assert read_committed(bootstrap, tmp_topic) == [b"v%d" % i for i in range(20)]
+
+
+def test_abort_from_another_process_leaves_nothing_visible(bootstrap, tmp_topic):
+    conf = {"bootstrap_servers": bootstrap}
+    handle = precommit_in_child(bootstrap, tmp_topic, "t-" + uuid.uuid4().hex, 5)
+    assert abort_handle(conf, handle) is EndResult.ABORTED
+    assert abort_handle(conf, handle) is EndResult.ABORTED
+    assert read_committed(bootstrap, tmp_topic) == []
+
+
+def test_a_new_attempt_fences_the_old_one(bootstrap, tmp_topic):
+    conf = {"bootstrap_servers": bootstrap}
+    tid = "t-" + uuid.uuid4().hex
+    zombie = precommit_in_child(bootstrap, tmp_topic, tid, 3)
+    retry = TransactionalWriter(conf, tid, 60000, 0, 0, 1).open()
+    retry.send(tmp_topic, value=b"retry")
+    fresh = retry.pre_commit()
+    retry.close_without_finishing()
+    assert fresh.producer_epoch > zombie.producer_epoch
+    assert commit_handle(conf, zombie) is EndResult.FENCED
+    assert commit_handle(conf, fresh) is EndResult.COMMITTED
+    assert read_committed(bootstrap, tmp_topic) == [b"retry"]
+
+
+def test_lingering_transactions_are_listed_and_aborted_by_prefix(bootstrap, tmp_topic):
+    conf = {"bootstrap_servers": bootstrap}
+    prefix = "ling-" + uuid.uuid4().hex[:8]
+    other = "keep-" + uuid.uuid4().hex[:8]
+    mine = [precommit_in_child(bootstrap, tmp_topic, f"{prefix}-{i}", 2) for i in range(2)]
+    theirs = precommit_in_child(bootstrap, tmp_topic, other, 2)
+    listed = list_lingering(conf, prefix)
+    assert [t.transactional_id for t in listed] == sorted(h.transactional_id for h in mine)
+    assert all(t.state == "Ongoing" for t in listed)
+    # The open transactions pin the LSO: read_committed sees nothing yet.
+    assert read_committed(bootstrap, tmp_topic, timeout_s=2) == []
+    assert sorted(abort_lingering(conf, prefix)) == sorted(h.transactional_id for h in mine)
+    assert list_lingering(conf, prefix) == []
+    assert [t.transactional_id for t in list_lingering(conf, other)] == [other]
+    fence_and_abort(conf, other)
+    assert list_lingering(conf, other) == []
+    assert read_committed(bootstrap, tmp_topic) == []
+
+
+def test_lingering_cli(bootstrap, tmp_topic):
+    prefix = "cli-" + uuid.uuid4().hex[:8]
+    precommit_in_child(bootstrap, tmp_topic, f"{prefix}-0", 1)
+    run = lambda *extra: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "barrier_sink", "lingering", "--bootstrap", bootstrap,
+         "--prefix", prefix, *extra], capture_output=True, text=True, timeout=120, check=True)
+    listed = run().stdout
+    assert f"{prefix}-0" in listed and "1 open transaction(s)" in listed
+    assert "aborted 1" in run("--abort").stdout
+    assert "0 open transaction(s)" in run().stdout

@@ -1,0 +1,63 @@
+"""Sink option parsing and the transaction-timeout guard (no Kafka, no Spark)."""
+
+import pytest
+
+from barrier_sink.exceptions import InvalidOptionError, TransactionTimeoutTooShortError
+from barrier_sink.options import KafkaSinkOptions, redact
+
+BASE = {"kafka.bootstrap.servers": "127.0.0.1:1", "checkpointLocation": "/tmp/chk-x"}
+
+
+def test_defaults_and_derived_prefix_are_stable():
+    a = KafkaSinkOptions.from_options(BASE)
+    b = KafkaSinkOptions.from_options(dict(BASE))
+    assert a.transactional_id_prefix == b.transactional_id_prefix
+    assert a.transactional_id_prefix.startswith("barrier-kafka-")
+    other = KafkaSinkOptions.from_options({**BASE, "checkpointLocation": "/tmp/chk-y"})
+    assert other.transactional_id_prefix != a.transactional_id_prefix
+    assert a.checkpoint.storage_uri == "/tmp/chk-x/barrier-checkpoints"
+    assert a.transactional_id(7, 3, 2) == f"{a.transactional_id_prefix}-b7-p3-e2"
+
+
+def test_unknown_option_names_the_closest_valid_one():
+    with pytest.raises(InvalidOptionError, match="'transactionalIdPrefx'.*'transactionalIdPrefix'"):
+        KafkaSinkOptions.from_options({**BASE, "transactionalIdPrefx": "p"})
+
+
+def test_bootstrap_is_required():
+    with pytest.raises(InvalidOptionError, match="kafka.bootstrap.servers"):
+        KafkaSinkOptions.from_options({"checkpointLocation": "/tmp/c"})
+
+
+def test_transaction_timeout_shorter_than_checkpoint_budget_is_refused():
+    opts = {**BASE, "kafka.transaction.timeout.ms": "120000",
+            "execution.checkpointing.interval": "30000",
+            "execution.checkpointing.timeout": "60000", "restart.budget.ms": "60000"}
+    with pytest.raises(TransactionTimeoutTooShortError) as err:
+        KafkaSinkOptions.from_options(opts)
+    assert "150000" in str(err.value) and "kafka.transaction.timeout.ms" in str(err.value)
+    ok = KafkaSinkOptions.from_options({**opts, "kafka.transaction.timeout.ms": "150000"})
+    assert ok.transaction_timeout_ms == 150000
+
+
+def test_timeout_above_broker_maximum_is_refused():
+    opts = KafkaSinkOptions.from_options(BASE)
+    with pytest.raises(TransactionTimeoutTooShortError, match="transaction.max.timeout.ms = 60000"):
+        opts.check_transaction_timeout(broker_max_ms=60000)
+
+
+def test_non_integer_option_is_named():
+    with pytest.raises(InvalidOptionError, match="'execution.checkpointing.timeout'.*'soon'"):
+        KafkaSinkOptions.from_options({**BASE, "execution.checkpointing.timeout": "soon"})
+
+
+def test_secrets_never_in_repr():
+    opts = KafkaSinkOptions.from_options({**BASE, "kafka.sasl.plain.password": "hunter2",
+                                          "s3.secret.key": "s3cr3t"})
+    assert "hunter2" not in repr(opts) and "s3cr3t" not in repr(opts)
+    assert "hunter2" not in str(redact({"kafka.sasl.plain.password": "hunter2"}))
+
+
+def test_group_or_transactional_id_options_are_refused():
+    with pytest.raises(InvalidOptionError, match="transactionalIdPrefix"):
+        KafkaSinkOptions.from_options({**BASE, "kafka.transactional.id": "x"})
