@@ -40,6 +40,7 @@ from abc import ABC, abstractmethod
 from typing import Dict, Iterable, List, Optional
 
 from barrier_sink.messages import SinkCommitMessage
+from barrier_source.faults import maybe_crash
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +94,7 @@ class SinkCommitter(ABC):
     # ------------------------------------------------------------------ protocol
     def on_batch_committed(self, batch_id: int, messages: Iterable[SinkCommitMessage]) -> None:
         messages = list(messages)
+        maybe_crash("commit_before_record")
         handles = [h for m in messages for h in m.handles]
         previous = self.load_batch(batch_id)
         # Step 1. Dedupe a replay of batch N.
@@ -158,6 +160,8 @@ class SinkCommitter(ABC):
                     epoch is None and b <= completed.completion_batch)
                 if hid in done or not belongs:
                     continue
+                if committed_by_n:
+                    maybe_crash("commit_mid_transactions")
                 try:
                     self.commit_handle(h)
                     done[hid] = n

@@ -27,6 +27,7 @@ from typing import Any, Dict, Iterator, List, Optional
 from pyspark.sql.datasource import DataSourceStreamWriter
 
 from barrier_sink.messages import SinkCommitMessage
+from barrier_source.faults import maybe_crash
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +96,8 @@ class TwoPhaseCommitWriter(DataSourceStreamWriter, ABC):
                         txn = txns[epoch] = self.begin_transaction(batch_id, partition_id, epoch)
                     self.invoke(txn, row)
                     message.records += 1
+                    if message.records == 50:
+                        maybe_crash("task_write")
                 elif kind == "barrier":
                     message.barriers.append(barrier_of(row))
                 elif kind == "ack":
@@ -105,6 +108,8 @@ class TwoPhaseCommitWriter(DataSourceStreamWriter, ABC):
                 handle = self.pre_commit(txns.pop(epoch))
                 if handle is not None:
                     message.handles.append(handle)
+            if message.handles:
+                maybe_crash("after_precommit")
         except BaseException:
             for txn in txns.values():
                 try:

@@ -13,6 +13,7 @@ import pytest
 
 from kafka_harness.broker import KafkaBroker
 from kafka_harness.s3 import S3Server
+from kafka_harness.spark import build_spark
 
 
 class ExternalBroker:
@@ -106,27 +107,6 @@ def s3_bucket(s3_server):
     name = "bk-" + uuid.uuid4().hex[:12]
     s3.create_bucket(Bucket=name)
     return name
-
-
-def build_spark(app_name: str = "barrier-kafka-tests", shuffle_partitions: int = 4, **conf):
-    """A local[2] SparkSession with the plugin registered (driver)."""
-    from pyspark.sql import SparkSession
-
-    import barrier_source
-
-    builder = (SparkSession.builder.master("local[2]").appName(app_name)
-               .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-               .config("spark.ui.enabled", "false")
-               .config("spark.driver.memory", "2g")
-               .config("spark.sql.streaming.stopTimeout", "60s")
-               .config("spark.python.worker.reuse", "true")
-               .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
-    for k, v in conf.items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
-    barrier_source.register(spark)
-    return spark
 
 
 @pytest.fixture(scope="session")
