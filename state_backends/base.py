@@ -5,8 +5,9 @@ configuration and open clients lazily. Layout under the backend's root (readable
 
     chk-<n>/op-<operator_id>/kg-<key_group>   snapshot blobs of checkpoint n
     chk-<n>/_metadata                          written LAST and atomically: n is complete iff present
-    chk-<n>/_stats.json                        checkpoint statistics
+    chk-<n>/_stats.json                        checkpoint statistics (also kept for failed ones)
     savepoints/<name>/...                      user-triggered, never discarded by retention
+    pending/                                   the coordinator's durable pending checkpoints
 
 Guarantees every implementation must give:
 
@@ -14,13 +15,25 @@ Guarantees every implementation must give:
    file + fsync + rename; S3: a single PUT; memory: dict assignment).
 2. ``get`` of a missing path raises ``SnapshotNotFoundError`` naming the path.
 3. No secret (S3 keys) appears in ``repr``, logs or error messages.
+4. Paths are relative, ``/``-separated, without ``.``/``..``/empty components. ``list(prefix)`` and
+   ``delete_prefix(prefix)`` use *path-component* semantics: they cover the object named
+   ``prefix`` and everything under ``prefix/``, so ``delete_prefix("chk-1")`` never touches
+   ``chk-10``. A trailing ``/`` is allowed (``list("sink/")``); ``""`` means the whole root.
 """
 
 from __future__ import annotations
 
+import base64
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Iterable, List, Optional
+
+from state_backends.exceptions import InvalidBackendOptionError, MissingChunkError
+
+METADATA_FILE = "_metadata"
+STATS_FILE = "_stats.json"
+PENDING_PREFIX = "pending"
+SAVEPOINT_PREFIX = "savepoints"
 
 
 @dataclass(frozen=True)
@@ -38,8 +51,6 @@ class SnapshotHandle:
     inline: Optional[bytes] = field(default=None, repr=False)
 
     def to_json(self) -> dict:
-        import base64
-
         out = {"checkpoint_id": self.checkpoint_id, "operator_id": self.operator_id,
                "key_group": self.key_group, "path": self.path, "size_bytes": self.size_bytes}
         if self.inline is not None:
@@ -48,11 +59,13 @@ class SnapshotHandle:
 
     @classmethod
     def from_json(cls, d: dict) -> "SnapshotHandle":
-        import base64
-
         inline = base64.b64decode(d["inline"]) if d.get("inline") is not None else None
         return cls(int(d["checkpoint_id"]), d["operator_id"], int(d["key_group"]), d.get("path"),
                    int(d["size_bytes"]), inline)
+
+
+def checkpoint_dir(checkpoint_id: int) -> str:
+    return f"chk-{checkpoint_id}"
 
 
 def snapshot_path(checkpoint_id: int, operator_id: str, key_group: int) -> str:
@@ -60,14 +73,47 @@ def snapshot_path(checkpoint_id: int, operator_id: str, key_group: int) -> str:
 
 
 def metadata_path(checkpoint_id: int) -> str:
-    return f"chk-{checkpoint_id}/_metadata"
+    return f"chk-{checkpoint_id}/{METADATA_FILE}"
+
+
+def stats_path(checkpoint_id: int) -> str:
+    return f"chk-{checkpoint_id}/{STATS_FILE}"
+
+
+def savepoint_dir(name: str) -> str:
+    return f"{SAVEPOINT_PREFIX}/{name}"
+
+
+def normalize_path(path: str, allow_root: bool = False) -> str:
+    """Validate a relative object path; return it without leading/trailing ``/``.
+
+    Raises ``InvalidBackendOptionError`` for absolute paths or ``.``/``..``/empty components.
+    """
+    stripped = path.strip("/") if allow_root else path.rstrip("/")
+    if not stripped:
+        if allow_root:
+            return ""
+        raise InvalidBackendOptionError(f"empty object path {path!r}")
+    if path.startswith("/") and not allow_root:
+        raise InvalidBackendOptionError(f"object path {path!r} must be relative to the root")
+    parts = stripped.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise InvalidBackendOptionError(
+            f"object path {path!r} has an empty, '.' or '..' component")
+    return stripped
+
+
+def under_prefix(path: str, prefix: str) -> bool:
+    """Path-component prefix test: ``under_prefix("chk-10/x", "chk-1")`` is False."""
+    return not prefix or path == prefix or path.startswith(prefix + "/")
 
 
 class StateBackend(ABC):
     """Blob store plus the checkpoint layout on top of it.
 
-    Subclasses implement the five primitives (``put``, ``get``, ``exists``, ``list``,
-    ``delete_prefix``); the checkpoint-level methods are built on them.
+    Subclasses implement the primitives (``put``, ``get``, ``exists``, ``list``,
+    ``delete_prefix``, ``describe``); the checkpoint-level methods are built on them. Instances
+    are picklable (driver -> executors); clients are opened lazily in each process.
     """
 
     #: True when snapshots are carried inline in handles (memory backend).
@@ -84,34 +130,66 @@ class StateBackend(ABC):
 
     @abstractmethod
     def exists(self, path: str) -> bool:
-        ...
+        """True if an object is stored at exactly ``path``."""
 
     @abstractmethod
     def list(self, prefix: str = "") -> List[str]:
-        """Relative paths of every object under ``prefix``, sorted."""
+        """Relative paths of every object at or under ``prefix`` (path components), sorted."""
 
     @abstractmethod
     def delete_prefix(self, prefix: str) -> None:
-        """Delete every object under ``prefix`` (idempotent)."""
+        """Delete the object ``prefix`` and every object under ``prefix/`` (idempotent)."""
 
     @abstractmethod
     def describe(self) -> str:
         """Human-readable location without secrets, e.g. ``s3://bucket/prefix``."""
 
+    def location(self, path: str) -> str:
+        """Full human-readable location of ``path`` (for error messages; no secrets)."""
+        return f"{self.describe().rstrip('/')}/{path}"
+
     # ------------------------------------------------------------------ snapshots (executor)
     def write_snapshot(self, checkpoint_id: int, operator_id: str, key_group: int,
                        data: bytes) -> SnapshotHandle:
-        """Store one key group's state for ``checkpoint_id``; runs on executors."""
+        """Store one key group's state for ``checkpoint_id``; runs on executors.
+
+        Returns the handle to put in the acknowledgement. The blob is durable (atomic ``put``)
+        when this returns; the checkpoint is not complete until the coordinator writes
+        ``chk-<n>/_metadata``.
+        """
         path = snapshot_path(checkpoint_id, operator_id, key_group)
         if self.inline_snapshots:
-            return SnapshotHandle(checkpoint_id, operator_id, key_group, None, len(data), data)
+            return SnapshotHandle(checkpoint_id, operator_id, key_group, None, len(data),
+                                  bytes(data))
         self.put(path, data)
         return SnapshotHandle(checkpoint_id, operator_id, key_group, path, len(data))
 
     def read_snapshot(self, handle: SnapshotHandle) -> bytes:
+        """Bytes of a snapshot (executor on restore, or driver). Verifies the size.
+
+        Raises ``MissingChunkError`` naming checkpoint and location if the blob is absent or
+        truncated.
+        """
         if handle.inline is not None:
-            return handle.inline
-        return self.get(handle.path)
+            data = handle.inline
+        else:
+            from state_backends.exceptions import SnapshotNotFoundError
+
+            try:
+                data = self.get(handle.path)
+            except SnapshotNotFoundError as exc:
+                raise MissingChunkError(
+                    f"checkpoint {handle.checkpoint_id}: snapshot of operator "
+                    f"{handle.operator_id!r} key group {handle.key_group} is missing at "
+                    f"{self.location(handle.path)}", handle.checkpoint_id,
+                    self.location(handle.path)) from exc
+        if len(data) != handle.size_bytes:
+            where = self.location(handle.path) if handle.path else "<inline>"
+            raise MissingChunkError(
+                f"checkpoint {handle.checkpoint_id}: snapshot at {where} has {len(data)} bytes, "
+                f"metadata says {handle.size_bytes} (truncated or overwritten)",
+                handle.checkpoint_id, where)
+        return data
 
     def checkpoint_ids_on_storage(self) -> Iterable[int]:
         """Ids of every ``chk-<n>`` folder, complete or not."""
@@ -121,3 +199,9 @@ class StateBackend(ABC):
             if head.startswith("chk-") and head[4:].isdigit():
                 ids.add(int(head[4:]))
         return sorted(ids)
+
+    def __eq__(self, other: object) -> bool:  # same class and same location
+        return type(other) is type(self) and other.describe() == self.describe()
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.describe()))

@@ -1,0 +1,139 @@
+"""Folding one committed Spark batch into the coordinator (driver, inside ``writer.commit``).
+
+The sink's commit messages carry three things (``docs/internals/protocol.md``):
+
+* **barriers** that reached the sink: ``{"checkpoint_id", "channel": "topic:partition",
+  "offset", "channels": [...], "timestamp"}``;
+* **acks** of operator key groups: JSON (string or dict) ``{"operator_id", "key_group",
+  "num_key_groups", "checkpoint_id", "snapshot", "offsets", "metrics"}``;
+* **handles**: the sink's pre-committed transactions, each with its epoch ``checkpoint_id``.
+
+Task ids: ``op:<operator_id>:kg:<k>`` for each key group and ``sink:<channel>`` for each
+channel of the barrier (the sink acknowledges checkpoint n on a channel when barrier n of that
+channel reached it), plus ``sink:barrier``, acknowledged with the first barrier of n at the sink,
+so that a checkpoint whose sink barriers come in a later batch than its operator acks never
+completes early. Expected tasks of checkpoint n = every key group of every operator in
+``CoordinatorConfig.operators`` or seen acknowledging any checkpoint (remembered durably), plus
+``sink:<c>`` for every channel ``c`` in barrier n's ``channels``.
+
+``fold_batch`` steps (each idempotent, so a replayed batch changes nothing twice):
+
+1. Parse; learn operators from acks.
+2. Trigger (or re-trigger) every checkpoint the batch mentions, ascending.
+3. Attach the batch's sink handles to their epochs.
+4. Acknowledge: operator acks, then sink channels (a checkpoint completes on its last ack).
+5. Return the checkpoint the caller must notify: the newest completed checkpoint that this
+   batch completed, or that a previous attempt of this batch completed, or that is not yet
+   marked committed; ``None`` if nothing is to be committed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from typing import Dict, Iterable, List, Optional, Set, Tuple
+
+from barrier_source.coordinator.completed import CompletedCheckpoint
+from barrier_source.coordinator.pending import TaskAcknowledgement
+from state_backends.base import SnapshotHandle
+
+logger = logging.getLogger(__name__)
+
+
+#: Acknowledged when the first barrier of a checkpoint reaches the sink (its channel set is then
+#: known): a checkpoint never completes on operator acks alone.
+SINK_BARRIER_TASK = "sink:barrier"
+
+
+def operator_task_id(operator_id: str, key_group: int) -> str:
+    return f"op:{operator_id}:kg:{key_group}"
+
+
+def sink_task_id(channel: str) -> str:
+    return f"sink:{channel}"
+
+
+def _channel_offsets(channel: str, offset) -> Dict[str, Dict[str, int]]:
+    topic, _, partition = str(channel).rpartition(":")
+    if not topic:
+        return {}
+    return {topic: {partition: int(offset)}}
+
+
+def parse_ack(raw) -> Tuple[int, str, str, int, TaskAcknowledgement]:
+    """``(checkpoint_id, task_id, operator_id, num_key_groups, ack)`` of one ack row."""
+    d = json.loads(raw) if isinstance(raw, (str, bytes)) else dict(raw)
+    snap = d.get("snapshot")
+    snapshots = (SnapshotHandle.from_json(snap),) if snap else ()
+    metrics = {k: v for k, v in (d.get("metrics") or {}).items() if isinstance(v, (int, float))}
+    ack = TaskAcknowledgement(snapshots, d.get("offsets") or {}, metrics)
+    return (int(d["checkpoint_id"]), operator_task_id(d["operator_id"], int(d["key_group"])),
+            d["operator_id"], int(d.get("num_key_groups") or 0), ack)
+
+
+def fold_batch(coordinator, batch_id: int, barriers: Iterable[dict], acks: Iterable,
+               handles: Iterable[dict] = ()) -> Optional[CompletedCheckpoint]:
+    """Fold batch ``batch_id`` into ``coordinator``; see the module docstring."""
+    state = coordinator.state
+    # Step 1. Parse.
+    parsed = [parse_ack(a) for a in acks]
+    operators = dict(coordinator.config.operators)
+    learned = False
+    for _n, _t, op, nkg, _a in parsed:
+        if nkg and state.known_operators.get(op) != nkg:
+            state.known_operators[op] = nkg
+            learned = True
+    operators.update(state.known_operators)
+    channels: Dict[int, Set[str]] = defaultdict(set)
+    arrived: Dict[int, List[dict]] = defaultdict(list)
+    timestamps: Dict[int, int] = {}
+    for b in barriers:
+        n = int(b["checkpoint_id"])
+        channels[n].update(b.get("channels") or [b["channel"]])
+        arrived[n].append(b)
+        if b.get("timestamp") is not None:
+            timestamps[n] = min(timestamps.get(n, int(b["timestamp"])), int(b["timestamp"]))
+    by_epoch: Dict[int, List[dict]] = defaultdict(list)
+    for h in handles:
+        if h.get("checkpoint_id") is not None:
+            by_epoch[int(h["checkpoint_id"])].append(h)
+    mentioned = sorted(set(channels) | {n for n, *_ in parsed})
+    before = coordinator.last_completed_id
+    coordinator._current_batch = batch_id
+    try:
+        with coordinator.deferred():
+            if learned:
+                coordinator._state_dirty = True
+            # Step 2. Trigger.
+            expected_ops = {operator_task_id(op, k) for op, nkg in operators.items()
+                            for k in range(nkg)}
+            for n in mentioned:
+                ts = timestamps.get(n)
+                if ts is None:
+                    existing = coordinator.get_pending(n)
+                    ts = existing.timestamp_ms if existing else coordinator.clock.now_ms()
+                expected = expected_ops | {SINK_BARRIER_TASK} | {
+                    sink_task_id(c) for c in channels.get(n, ())}
+                coordinator.trigger(n, ts, expected)
+            # Step 3. Sink handles.
+            for n, hs in sorted(by_epoch.items()):
+                coordinator.add_sink_transactions(n, hs)
+            # Step 4. Acknowledge.
+            for n, task, _op, _nkg, ack in parsed:
+                coordinator.receive_acknowledge(n, task, ack)
+            for n in sorted(arrived):
+                coordinator.receive_acknowledge(n, SINK_BARRIER_TASK)
+                for b in arrived[n]:
+                    ack = TaskAcknowledgement(offsets=_channel_offsets(b["channel"], b["offset"]))
+                    coordinator.receive_acknowledge(n, sink_task_id(b["channel"]), ack)
+    finally:
+        coordinator._current_batch = None
+    # Step 5. What to notify.
+    latest = coordinator.latest_completed()
+    if latest is None:
+        return None
+    if (latest.checkpoint_id > before or latest.completion_batch == batch_id
+            or latest.checkpoint_id > coordinator.last_committed_id):
+        return latest
+    return None

@@ -1,0 +1,466 @@
+"""``CheckpointCoordinator``: triggers, acknowledgements, completion, expiry, subsumption,
+notification (driver).
+
+Runs on the driver, in practice inside the two-phase-commit sink's ``writer.commit`` (a
+short-lived PySpark worker). It therefore keeps nothing important in memory: a coordinator is
+built from the state backend at every call (``CheckpointCoordinator(backend, config)`` loads the
+``pending/`` area, see :mod:`barrier_source.coordinator.durable`) and writes back what changed
+before returning. Every operation is idempotent, because Spark replays a batch (and calls
+``commit`` again) after a crash.
+
+Completion of checkpoint n (numbered as in ``_complete``):
+
+1. ``PendingCheckpoint.finalize`` -> :class:`CompletedCheckpoint` (all acks in).
+2. ``chk-<n>/_metadata`` is written: one atomic put, after every snapshot blob (the executors
+   wrote those before acknowledging). From here on n is complete; retention runs.
+3. ``chk-<n>/_stats.json`` is written.
+4. Older pending checkpoints are subsumed (savepoints excepted); the failure count resets.
+5. Bookkeeping is persisted (``pending/_coordinator.json``, pending files removed) and debris
+   of aborted checkpoints older than n is discarded.
+6. ``notify_checkpoint_complete(n, completed)`` on every listener; a failing listener does
+   not stop the others, the first error is re-raised afterwards (as Flink's 2PC sink does).
+
+A crash between 2 and 5 is reconciled on the next load: the pending file of a checkpoint
+whose metadata exists is dropped and the bookkeeping (steps 3-5) redone; listeners must be
+idempotent since a replayed batch notifies again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Mapping, Optional, Protocol
+
+from barrier_source.coordinator.clock import Clock, SystemClock
+from barrier_source.coordinator.completed import CompletedCheckpoint
+from barrier_source.coordinator.durable import CoordinatorState, DurablePendingStore
+from barrier_source.coordinator.failure import (CheckpointException, CheckpointFailureManager,
+                                                CheckpointFailureReason)
+from barrier_source.coordinator.pending import (AcknowledgeResult, PendingCheckpoint,
+                                                TaskAcknowledgement)
+from state_backends.base import StateBackend
+from state_backends.checkpoint_store import CompletedCheckpointStore
+from state_backends.exceptions import CheckpointMetadataError, StateBackendError
+from state_backends.metadata import Offsets
+from state_backends.stats import COMPLETED, FAILED, CheckpointStats, read_stats, write_stats
+
+logger = logging.getLogger(__name__)
+
+
+class CheckpointListener(Protocol):
+    """Receives checkpoint outcomes (source offset commit, sink transaction commit).
+
+    Both methods may be called more than once for the same checkpoint (batch replay): they
+    must be idempotent.
+    """
+
+    def notify_checkpoint_complete(self, checkpoint_id: int,
+                                   completed: CompletedCheckpoint) -> None: ...
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int,
+                                  reason: CheckpointFailureReason) -> None: ...
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    """Coordinator settings, named after Flink's checkpoint config.
+
+    ``operators``: declared ``{operator_id: num_key_groups}`` whose key groups every checkpoint
+    expects (``on_batch`` also learns operators from their acks).
+    """
+
+    checkpoint_timeout_ms: int = 600_000
+    tolerable_failed_checkpoints: Optional[int] = 0
+    num_retained: int = 1
+    operators: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.checkpoint_timeout_ms <= 0:
+            from barrier_source.exceptions import InvalidOptionError
+
+            raise InvalidOptionError("execution.checkpointing.timeout must be > 0 ms, got "
+                                     f"{self.checkpoint_timeout_ms}")
+
+
+class CheckpointCoordinator:
+    """Driver-side checkpoint coordinator over one state backend.
+
+    Parameters
+    ----------
+    backend : StateBackend
+        Where snapshots, metadata, stats and the ``pending/`` area live.
+    config : CoordinatorConfig, optional
+    clock : Clock, optional
+        ``now_ms()`` source; inject a :class:`ManualClock` in tests.
+    listeners : iterable of CheckpointListener
+    """
+
+    def __init__(self, backend: StateBackend, config: Optional[CoordinatorConfig] = None,
+                 clock: Optional[Clock] = None,
+                 listeners: Iterable[CheckpointListener] = ()) -> None:
+        self.backend = backend
+        self.config = config or CoordinatorConfig()
+        self.clock = clock or SystemClock()
+        self.listeners: List[CheckpointListener] = list(listeners)
+        self.store = CompletedCheckpointStore(backend, self.config.num_retained)
+        self._durable = DurablePendingStore(backend)
+        self.failure_manager = CheckpointFailureManager(self.config.tolerable_failed_checkpoints)
+        self._dirty: set = set()
+        self._deleted: set = set()
+        self._state_dirty = False
+        self._depth = 0
+        self._current_batch: Optional[int] = None
+        self.state: CoordinatorState = self._durable.load_state()
+        self.failure_manager.load_json(self.state.failures)
+        self._pending: Dict[int, PendingCheckpoint] = self._durable.load_pending()
+        self._reconcile()
+
+    # ------------------------------------------------------------------ persistence
+    @contextlib.contextmanager
+    def deferred(self):
+        """Group several operations into one write-back (used by ``on_batch``)."""
+        self._depth += 1
+        try:
+            yield self
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                self.flush()
+
+    def flush(self) -> None:
+        """Persist changed pending checkpoints and the coordinator state."""
+        for n in sorted(self._dirty):
+            p = self._pending.get(n)
+            if p is not None:
+                self._durable.save_pending(p)
+        for n in sorted(self._deleted):
+            self._durable.delete_pending(n)
+        if self._state_dirty or self._dirty or self._deleted:
+            self.state.failures = self.failure_manager.to_json()
+            self._durable.save_state(self.state)
+        self._dirty.clear()
+        self._deleted.clear()
+        self._state_dirty = False
+
+    def _reconcile(self) -> None:
+        """Finish bookkeeping a crash cut short (see module docstring)."""
+        completed_ids = self.store.completed_ids()
+        newest = completed_ids[-1] if completed_ids else 0
+        with self.deferred():
+            if newest > self.state.last_completed_id:
+                self.state.last_completed_id = newest
+                self.failure_manager.handle_checkpoint_success(newest)
+                self._state_dirty = True
+            done = set(completed_ids)
+            for n in sorted(self._pending):
+                if n in done:
+                    logger.info("checkpoint %d: completed before a crash; finishing bookkeeping",
+                                n)
+                    self._ensure_stats(n)
+                    self._forget(n)
+                elif self._pending[n].is_discarded:
+                    self._forget(n)
+
+    def _forget(self, checkpoint_id: int) -> None:
+        self._pending.pop(checkpoint_id, None)
+        self._dirty.discard(checkpoint_id)
+        self._deleted.add(checkpoint_id)
+
+    # ------------------------------------------------------------------ queries
+    def register_listener(self, listener: CheckpointListener) -> None:
+        self.listeners.append(listener)
+
+    def pending_checkpoints(self) -> Dict[int, PendingCheckpoint]:
+        return dict(self._pending)
+
+    def get_pending(self, checkpoint_id: int) -> Optional[PendingCheckpoint]:
+        return self._pending.get(checkpoint_id)
+
+    @property
+    def last_completed_id(self) -> int:
+        return self.state.last_completed_id
+
+    @property
+    def last_committed_id(self) -> int:
+        return self.state.last_committed_id
+
+    def latest_completed(self) -> Optional[CompletedCheckpoint]:
+        """The newest completed checkpoint on storage (metadata parsed), or ``None``."""
+        meta = self.store.latest(verify=False)
+        return None if meta is None else CompletedCheckpoint.from_metadata(meta)
+
+    def mark_committed(self, checkpoint_id: int) -> None:
+        """Record that listeners finished committing ``checkpoint_id`` (idempotent)."""
+        if checkpoint_id > self.state.last_committed_id:
+            self.state.last_committed_id = checkpoint_id
+            self._state_dirty = True
+            if self._depth == 0:
+                self.flush()
+
+    # ------------------------------------------------------------------ trigger
+    def trigger(self, checkpoint_id: int, timestamp_ms: int, expected_tasks: Iterable[str],
+                is_savepoint: bool = False, source_offsets: Optional[Offsets] = None
+                ) -> Optional[PendingCheckpoint]:
+        """Start tracking checkpoint ``checkpoint_id`` (the source decided it).
+
+        Idempotent: triggering a pending id again adds any new expected tasks and returns the
+        same pending checkpoint. Returns ``None`` (and logs) for ids that already completed,
+        were aborted, or are not newer than the last completed checkpoint.
+        """
+        with self.deferred():
+            self.abort_expired_checkpoints()
+            existing = self._pending.get(checkpoint_id)
+            if existing is not None:
+                before = len(existing.expected)
+                existing.expect(expected_tasks)
+                if len(existing.expected) != before:
+                    self._dirty.add(checkpoint_id)
+                return existing
+            if checkpoint_id <= self.state.last_completed_id or checkpoint_id in self.state.aborted:
+                logger.debug("checkpoint %d: trigger ignored (already %s)", checkpoint_id,
+                             "aborted" if checkpoint_id in self.state.aborted else "subsumed")
+                return None
+            pending = PendingCheckpoint(checkpoint_id, timestamp_ms, expected_tasks,
+                                        is_savepoint, source_offsets)
+            early = self.state.early_transactions.pop(checkpoint_id, None)
+            if early:
+                pending.add_sink_transactions(early)
+            self._pending[checkpoint_id] = pending
+            self._dirty.add(checkpoint_id)
+            self.state.max_triggered_id = max(self.state.max_triggered_id, checkpoint_id)
+            self._state_dirty = True
+            logger.debug("checkpoint %d: triggered @ %d, expecting %d tasks", checkpoint_id,
+                         timestamp_ms, len(pending.expected))
+            if pending.is_expired(self.clock.now_ms(), self.config.checkpoint_timeout_ms):
+                self._abort(pending, CheckpointFailureReason.CHECKPOINT_EXPIRED,
+                            "Triggered after its timeout had already passed.")
+                pending = None
+        self._check_failures()
+        return pending
+
+    def add_sink_transactions(self, checkpoint_id: int, transactions: Iterable) -> None:
+        """Attach pre-committed sink handles of epoch ``checkpoint_id`` (stashed durably if the
+        checkpoint is not triggered yet; dropped if it already ended)."""
+        transactions = list(transactions)
+        if not transactions:
+            return
+        pending = self._pending.get(checkpoint_id)
+        if pending is not None:
+            if pending.add_sink_transactions(transactions):
+                self._dirty.add(checkpoint_id)
+        elif (checkpoint_id > self.state.last_completed_id
+              and checkpoint_id not in self.state.aborted):
+            stash = self.state.early_transactions.setdefault(checkpoint_id, [])
+            probe = PendingCheckpoint(checkpoint_id, 0, ["_"])
+            probe.sink_transactions = stash
+            if probe.add_sink_transactions(transactions):
+                self._state_dirty = True
+        if self._depth == 0:
+            self.flush()
+
+    # ------------------------------------------------------------------ acknowledgements
+    def receive_acknowledge(self, checkpoint_id: int, task_id: str,
+                            ack: Optional[TaskAcknowledgement] = None) -> AcknowledgeResult:
+        """Record one task's acknowledgement; completes the checkpoint when it was the last.
+
+        Returns ``DISCARDED`` for a checkpoint that was aborted, ``DUPLICATE`` for a task
+        that already acknowledged (also after completion: replay), ``UNKNOWN`` for a checkpoint
+        never triggered or a task not expected.
+        """
+        with self.deferred():
+            self.abort_expired_checkpoints()
+            pending = self._pending.get(checkpoint_id)
+            if pending is None:
+                if checkpoint_id in self.state.aborted:
+                    logger.debug("checkpoint %d: late ack from %s for an aborted checkpoint",
+                                 checkpoint_id, task_id)
+                    return AcknowledgeResult.DISCARDED
+                if checkpoint_id <= self.state.last_completed_id:
+                    logger.debug("checkpoint %d: late ack from %s after completion/subsumption",
+                                 checkpoint_id, task_id)
+                    return AcknowledgeResult.DUPLICATE if self._was_completed(
+                        checkpoint_id) else AcknowledgeResult.DISCARDED
+                logger.warning("checkpoint %d: ack from %s for a checkpoint never triggered",
+                               checkpoint_id, task_id)
+                return AcknowledgeResult.UNKNOWN
+            result = pending.acknowledge(task_id, ack)
+            if result is AcknowledgeResult.SUCCESS:
+                self._dirty.add(checkpoint_id)
+                if pending.is_fully_acknowledged():
+                    self._complete(pending)
+            elif result is AcknowledgeResult.UNKNOWN:
+                logger.warning("checkpoint %d: ack from unexpected task %s", checkpoint_id,
+                               task_id)
+            return result
+
+    def _was_completed(self, checkpoint_id: int) -> bool:
+        stats = read_stats(self.backend, checkpoint_id)
+        return stats is not None and stats.status == COMPLETED
+
+    def decline(self, checkpoint_id: int, task_id: str, detail: str = "") -> bool:
+        """A task could not snapshot: abort the checkpoint (counted failure)."""
+        with self.deferred():
+            pending = self._pending.get(checkpoint_id)
+            if pending is None or pending.is_discarded:
+                return False
+            self._abort(pending, CheckpointFailureReason.CHECKPOINT_DECLINED,
+                        f"Declined by {task_id}" + (f": {detail}" if detail else "."))
+        self._check_failures()
+        return True
+
+    def cancel(self, checkpoint_id: int) -> bool:
+        """Cancel a pending checkpoint (not counted as a failure)."""
+        with self.deferred():
+            pending = self._pending.get(checkpoint_id)
+            if pending is None:
+                return False
+            self._abort(pending, CheckpointFailureReason.CHECKPOINT_CANCELLED, "")
+        return True
+
+    def abort_expired_checkpoints(self) -> List[int]:
+        """Abort every pending checkpoint older than the checkpoint timeout (by the injected
+        clock); raises ``CheckpointException`` afterwards if too many checkpoints failed."""
+        now = self.clock.now_ms()
+        expired = [p for _, p in sorted(self._pending.items())
+                   if p.is_expired(now, self.config.checkpoint_timeout_ms)]
+        if not expired:
+            return []
+        with self.deferred():
+            for p in expired:
+                waited = now - p.timestamp_ms
+                self._abort(p, CheckpointFailureReason.CHECKPOINT_EXPIRED,
+                            f"Waited {waited} ms (timeout {self.config.checkpoint_timeout_ms} ms)"
+                            f" for: {', '.join(p.not_yet_acknowledged()[:10])}")
+        self._check_failures()
+        return [p.checkpoint_id for p in expired]
+
+    def _check_failures(self) -> None:
+        """Raise ``CheckpointException(TOO_MANY_CHECKPOINT_FAILURES)`` past the threshold. The
+        count is reset (durably) before raising, so a restarted query starts afresh; a replay
+        does not re-count the same checkpoints (they are remembered as aborted)."""
+        try:
+            self.failure_manager.check()
+        except CheckpointException:
+            self.failure_manager.counted.clear()
+            self._state_dirty = True
+            self.flush()
+            raise
+
+    # ------------------------------------------------------------------ completion / abort
+    def _complete(self, pending: PendingCheckpoint) -> None:
+        n = pending.checkpoint_id
+        # Steps 1-2. finalize; the metadata is written last, then retention runs.
+        try:
+            completed = pending.finalize(self.clock.now_ms(), self._current_batch,
+                                         persist=lambda c: self.store.add(c.to_metadata()))
+        except StateBackendError as exc:
+            logger.error("checkpoint %d: could not write metadata: %s", n, exc)
+            self._abort(pending, CheckpointFailureReason.FINALIZE_CHECKPOINT_FAILURE, str(exc))
+            self.flush()
+            self._check_failures()
+            raise CheckpointException(CheckpointFailureReason.FINALIZE_CHECKPOINT_FAILURE,
+                                      str(exc), n) from exc
+        # Step 3. stats.
+        self._write_stats(pending, completed)
+        # Step 4. subsumption, failure count.
+        self.state.last_completed_id = max(self.state.last_completed_id, n)
+        self.failure_manager.handle_checkpoint_success(n)
+        self._forget(n)
+        for m, older in sorted(self._pending.items()):
+            if m < n and older.can_be_subsumed():
+                self._abort(older, CheckpointFailureReason.CHECKPOINT_SUBSUMED,
+                            f"Checkpoint {n} completed first.")
+        self.state.aborted = {m: r for m, r in self.state.aborted.items() if m > n}
+        self.state.early_transactions = {m: t for m, t in self.state.early_transactions.items()
+                                         if m > n}
+        self._state_dirty = True
+        # Step 5. persist, discard debris below n.
+        self.flush()
+        try:
+            self.store.discard_debris(in_progress=self._pending, below=n)
+        except StateBackendError as exc:  # cleanup must not fail the checkpoint
+            logger.warning("checkpoint %d: debris cleanup failed: %s", n, exc)
+        logger.info("checkpoint %d: completed (%d bytes of state in %d ms)", n,
+                    completed.state_size_bytes, completed.duration_ms)
+        # Step 6. notify.
+        self._notify(lambda lst: lst.notify_checkpoint_complete(n, completed))
+
+    def _abort(self, pending: PendingCheckpoint, reason: CheckpointFailureReason,
+               detail: str) -> None:
+        n = pending.checkpoint_id
+        if not pending.is_discarded:
+            pending.abort(reason, detail)
+        self._forget(n)
+        if reason is not CheckpointFailureReason.CHECKPOINT_SUBSUMED:
+            self.state.aborted[n] = reason.name
+        self.state.early_transactions.pop(n, None)
+        self._state_dirty = True
+        self.failure_manager.record_failure(n, reason)
+        log = logger.info if reason is CheckpointFailureReason.CHECKPOINT_CANCELLED else \
+            logger.warning
+        log("checkpoint %d: aborted: %s %s", n, reason.message, detail)
+        try:
+            self._write_stats(pending, None)
+            self.store.discard(n, keep_stats=True)
+        except StateBackendError as exc:
+            logger.warning("checkpoint %d: could not discard its state: %s", n, exc)
+        self._notify(lambda lst: lst.notify_checkpoint_aborted(n, reason))
+
+    def _notify(self, call) -> None:
+        first_error = None
+        for listener in self.listeners:
+            try:
+                call(listener)
+            except Exception as exc:  # noqa: BLE001 - notify every listener, re-raise the first
+                logger.error("listener %r failed: %s", listener, exc)
+                first_error = first_error or exc
+        if first_error is not None:
+            self.flush()
+            raise first_error
+
+    # ------------------------------------------------------------------ stats
+    def _write_stats(self, pending: PendingCheckpoint,
+                     completed: Optional[CompletedCheckpoint]) -> None:
+        def peak(key: str) -> Optional[int]:
+            values = [a.metrics[key] for a in pending.acks.values() if key in a.metrics]
+            return int(max(values)) if values else None
+
+        sizes: Dict[str, int] = {}
+        for a in pending.acks.values():
+            for h in a.snapshots:
+                sizes[h.operator_id] = sizes.get(h.operator_id, 0) + h.size_bytes
+        end = completed.completed_at_ms if completed else self.clock.now_ms()
+        reason = None if completed else (
+            f"{pending.failure_reason.name}: {pending.failure_reason.message} "
+            f"{pending.failure_detail}".strip())
+        write_stats(self.backend, CheckpointStats(
+            checkpoint_id=pending.checkpoint_id, status=COMPLETED if completed else FAILED,
+            trigger_timestamp_ms=pending.timestamp_ms, end_timestamp_ms=end,
+            end_to_end_duration_ms=end - pending.timestamp_ms,
+            alignment_duration_ms=peak("alignment_ms"), sync_duration_ms=peak("sync_ms"),
+            async_duration_ms=peak("async_ms"), state_size_bytes=sizes,
+            committed_offsets=pending.source_offsets if completed else {},
+            failure_reason=reason, num_acknowledged=len(pending.acks),
+            num_expected=len(pending.expected), is_savepoint=pending.is_savepoint))
+
+    def _ensure_stats(self, checkpoint_id: int) -> None:
+        stats = read_stats(self.backend, checkpoint_id)
+        if stats is not None and stats.status == COMPLETED:
+            return
+        try:
+            meta = self.store.load(checkpoint_id, verify=False)
+        except CheckpointMetadataError:
+            return
+        pending = self._pending.get(checkpoint_id)
+        if pending is not None:
+            self._write_stats(pending, CompletedCheckpoint.from_metadata(meta))
+
+    # ------------------------------------------------------------------ Spark batches
+    def on_batch(self, batch_id: int, barriers: Iterable[dict], acks: Iterable,
+                 handles: Iterable[dict] = ()) -> Optional[CompletedCheckpoint]:
+        """Fold one committed Spark batch into the checkpoints (see
+        :func:`barrier_source.coordinator.batch.fold_batch`)."""
+        from barrier_source.coordinator.batch import fold_batch
+
+        return fold_batch(self, batch_id, barriers, acks, handles)

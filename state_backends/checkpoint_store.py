@@ -1,0 +1,268 @@
+"""``CompletedCheckpointStore``: list, load, retain and discard checkpoints (driver).
+
+A checkpoint ``n`` is *complete* iff ``chk-<n>/_metadata`` exists; anything else under ``chk-<n>``
+is debris of a failed or interrupted checkpoint and is never listed, loaded or restored.
+Savepoints (``savepoints/<name>/``, or a ``chk-<n>`` whose metadata has ``is_savepoint``) are
+never discarded by retention.
+
+Restore never falls back silently: if the chosen checkpoint cannot be used it raises a
+:class:`~state_backends.exceptions.CheckpointMetadataError` naming checkpoint and path, unless
+the caller asked for ``fallback_to_previous=True`` (then every skipped checkpoint is logged at
+WARNING and listed in :attr:`RestorePoint.skipped`).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field, replace
+from typing import Dict, Iterable, List, Optional, Tuple
+
+from state_backends.base import (METADATA_FILE, STATS_FILE, SnapshotHandle, StateBackend,
+                                 checkpoint_dir, metadata_path, normalize_path, savepoint_dir,
+                                 SAVEPOINT_PREFIX)
+from state_backends.exceptions import (CheckpointMetadataError, CheckpointNotFoundError,
+                                       MissingChunkError, SnapshotNotFoundError)
+from state_backends.metadata import CheckpointMetadata
+
+logger = logging.getLogger(__name__)
+
+_METADATA_RE = re.compile(r"^chk-(\d+)/_metadata$")
+
+
+@dataclass(frozen=True)
+class RestorePoint:
+    """What a new query starts from: metadata plus where it was found."""
+
+    metadata: CheckpointMetadata
+    location: str
+    skipped: Tuple[str, ...] = field(default=())
+
+    @property
+    def checkpoint_id(self) -> int:
+        return self.metadata.checkpoint_id
+
+    @property
+    def source_offsets(self):
+        return self.metadata.source_offsets
+
+
+class CompletedCheckpointStore:
+    """Completed checkpoints of one backend root (driver; stateless between calls).
+
+    Parameters
+    ----------
+    backend : StateBackend
+    num_retained : int
+        How many of the newest completed (non-savepoint) checkpoints ``retain()`` keeps
+        (Flink's ``state.checkpoints.num-retained``; default 1).
+    """
+
+    def __init__(self, backend: StateBackend, num_retained: int = 1) -> None:
+        if num_retained < 1:
+            from state_backends.exceptions import InvalidBackendOptionError
+
+            raise InvalidBackendOptionError(
+                f"state.checkpoints.num-retained must be >= 1, got {num_retained}")
+        self.backend = backend
+        self.num_retained = num_retained
+
+    # ------------------------------------------------------------------ listing
+    def completed_ids(self) -> List[int]:
+        """Ids of completed checkpoints (``_metadata`` present), ascending. No parsing."""
+        ids = []
+        for p in self.backend.list(""):
+            m = _METADATA_RE.match(p)
+            if m:
+                ids.append(int(m.group(1)))
+        return sorted(ids)
+
+    def latest_id(self) -> Optional[int]:
+        ids = self.completed_ids()
+        return ids[-1] if ids else None
+
+    def incomplete_ids(self) -> List[int]:
+        """Ids of ``chk-<n>`` folders without ``_metadata`` (debris or in progress)."""
+        done = set(self.completed_ids())
+        return [n for n in self.backend.checkpoint_ids_on_storage() if n not in done]
+
+    # ------------------------------------------------------------------ loading
+    def _parse(self, path: str, checkpoint_id: Optional[int]) -> CheckpointMetadata:
+        location = self.backend.location(path)
+        try:
+            data = self.backend.get(path)
+        except SnapshotNotFoundError:
+            raise CheckpointNotFoundError(
+                f"checkpoint {checkpoint_id if checkpoint_id is not None else path}: no "
+                f"metadata at {location} (never completed, or discarded)") from None
+        return CheckpointMetadata.from_bytes(data, checkpoint_id, location)
+
+    def verify(self, meta: CheckpointMetadata, base: str) -> None:
+        """Raise ``MissingChunkError`` if a snapshot blob the metadata names is absent."""
+        for h in meta.operators:
+            if h.inline is None and not self.backend.exists(h.path):
+                raise MissingChunkError(
+                    f"checkpoint {meta.checkpoint_id}: snapshot of operator {h.operator_id!r} "
+                    f"key group {h.key_group} is missing at {self.backend.location(h.path)} "
+                    f"(metadata {self.backend.location(base + '/' + METADATA_FILE)})",
+                    meta.checkpoint_id, self.backend.location(h.path))
+
+    def load(self, checkpoint_id: int, verify: bool = True) -> CheckpointMetadata:
+        """Metadata of completed checkpoint ``checkpoint_id`` (chunks checked if ``verify``)."""
+        meta = self._parse(metadata_path(checkpoint_id), checkpoint_id)
+        if verify:
+            self.verify(meta, checkpoint_dir(checkpoint_id))
+        return meta
+
+    def latest(self, verify: bool = True) -> Optional[CheckpointMetadata]:
+        n = self.latest_id()
+        return None if n is None else self.load(n, verify)
+
+    def load_state(self, meta: CheckpointMetadata) -> Dict[str, Dict[int, bytes]]:
+        """``{operator_id: {key_group: bytes}}`` of a loaded checkpoint (sizes verified)."""
+        out: Dict[str, Dict[int, bytes]] = {}
+        for h in meta.operators:
+            out.setdefault(h.operator_id, {})[h.key_group] = self.backend.read_snapshot(h)
+        return out
+
+    def restore(self, checkpoint_id: Optional[int] = None, savepoint: Optional[str] = None,
+                fallback_to_previous: bool = False) -> Optional[RestorePoint]:
+        """Choose what a new query starts from.
+
+        1. ``savepoint`` given: that savepoint (no fallback).
+        2. ``checkpoint_id`` given: that checkpoint (no fallback).
+        3. Otherwise the latest completed checkpoint; ``None`` if there is none. If it is
+           corrupt, has a missing chunk or an incompatible layout, raise, unless
+           ``fallback_to_previous`` is set: then try the next older one, logging each skip.
+        """
+        if savepoint is not None:
+            return RestorePoint(self.load_savepoint(savepoint), savepoint_dir(savepoint))
+        if checkpoint_id is not None:
+            return RestorePoint(self.load(checkpoint_id), checkpoint_dir(checkpoint_id))
+        skipped: List[str] = []
+        for n in reversed(self.completed_ids()):
+            try:
+                meta = self.load(n)
+            except CheckpointMetadataError as exc:
+                if not fallback_to_previous:
+                    raise type(exc)(
+                        f"{exc} -- refusing to fall back silently; pass "
+                        "fallback_to_previous=True to restore from the previous completed "
+                        "checkpoint", exc.checkpoint_id, exc.path) from exc
+                logger.warning("checkpoint %d: unusable (%s); falling back to the previous "
+                               "completed checkpoint as requested", n, exc)
+                skipped.append(str(exc))
+                continue
+            return RestorePoint(meta, checkpoint_dir(n), tuple(skipped))
+        if skipped:
+            raise CheckpointNotFoundError(
+                f"no usable completed checkpoint in {self.backend.describe()}; skipped: "
+                + "; ".join(skipped))
+        return None
+
+    # ------------------------------------------------------------------ writing
+    def add(self, meta: CheckpointMetadata) -> None:
+        """Make ``meta.checkpoint_id`` complete: one atomic put of ``_metadata`` (the last write
+        of a checkpoint), then apply retention. Idempotent."""
+        self.backend.put(metadata_path(meta.checkpoint_id), meta.to_bytes())
+        logger.info("checkpoint %d: metadata written to %s", meta.checkpoint_id,
+                    self.backend.location(metadata_path(meta.checkpoint_id)))
+        self.retain()
+
+    def retain(self) -> List[int]:
+        """Discard completed checkpoints beyond the newest ``num_retained`` (savepoints are
+        kept). Returns the discarded ids."""
+        ids = self.completed_ids()
+        discarded = []
+        for n in ids[:-self.num_retained]:
+            try:
+                if self.load(n, verify=False).is_savepoint:
+                    continue
+            except CheckpointMetadataError:
+                pass  # unreadable and superseded: discard
+            self.discard(n)
+            discarded.append(n)
+        return discarded
+
+    def discard(self, checkpoint_id: int, keep_stats: bool = True) -> None:
+        """Delete checkpoint ``checkpoint_id``: ``_metadata`` FIRST (so a crash mid-way never
+        leaves a 'complete' checkpoint with missing chunks), then its blobs. ``_stats.json`` is
+        kept unless ``keep_stats`` is false. Idempotent."""
+        base = checkpoint_dir(checkpoint_id)
+        self.backend.delete_prefix(metadata_path(checkpoint_id))
+        for p in self.backend.list(base):
+            if keep_stats and p == f"{base}/{STATS_FILE}":
+                continue
+            self.backend.delete_prefix(p)
+        logger.debug("checkpoint %d: discarded from %s", checkpoint_id, self.backend.describe())
+
+    def discard_debris(self, in_progress: Iterable[int] = (), below: Optional[int] = None
+                       ) -> List[int]:
+        """Delete blobs of incomplete checkpoints (failed, aborted, crashed) except the ids in
+        ``in_progress``. Only ids below ``below`` (default: the latest completed id) are
+        touched, so snapshots still being written for a newer checkpoint survive.
+        Stats of failed checkpoints are kept. Returns the ids cleaned."""
+        keep = set(in_progress)
+        limit = self.latest_id() if below is None else below
+        cleaned = []
+        if limit is None:
+            return cleaned
+        for n in self.incomplete_ids():
+            if n in keep or n >= limit:
+                continue
+            paths = [p for p in self.backend.list(checkpoint_dir(n))
+                     if not p.endswith("/" + STATS_FILE)]
+            for p in paths:
+                self.backend.delete_prefix(p)
+            if paths:
+                cleaned.append(n)
+                logger.warning("checkpoint %d: discarded debris of an incomplete checkpoint "
+                               "(%d objects)", n, len(paths))
+        return cleaned
+
+    # ------------------------------------------------------------------ savepoints
+    def create_savepoint(self, name: str, checkpoint_id: Optional[int] = None
+                         ) -> CheckpointMetadata:
+        """Copy a completed checkpoint (default: latest) to ``savepoints/<name>/``; the copy
+        is never discarded. Blobs first, ``_metadata`` last."""
+        name = normalize_path(name)
+        if "/" in name:
+            from state_backends.exceptions import InvalidBackendOptionError
+
+            raise InvalidBackendOptionError(f"savepoint name {name!r} must not contain '/'")
+        n = checkpoint_id if checkpoint_id is not None else self.latest_id()
+        if n is None:
+            raise CheckpointNotFoundError(
+                f"no completed checkpoint in {self.backend.describe()} to make a savepoint of")
+        meta = self.load(n)
+        base = savepoint_dir(name)
+        handles = []
+        for h in meta.operators:
+            if h.inline is not None:
+                handles.append(h)
+                continue
+            path = f"{base}/op-{h.operator_id}/kg-{h.key_group}"
+            self.backend.put(path, self.backend.read_snapshot(h))
+            handles.append(replace(h, path=path))
+        sp = replace(meta, operators=tuple(handles), is_savepoint=True,
+                     properties={**meta.properties, "savepoint_name": name,
+                                 "source_checkpoint": checkpoint_dir(n)})
+        self.backend.put(f"{base}/{METADATA_FILE}", sp.to_bytes())
+        logger.info("savepoint %s: created from checkpoint %d at %s", name, n,
+                    self.backend.location(base))
+        return sp
+
+    def savepoints(self) -> List[str]:
+        names = []
+        for p in self.backend.list(SAVEPOINT_PREFIX):
+            parts = p.split("/")
+            if len(parts) == 3 and parts[2] == METADATA_FILE:
+                names.append(parts[1])
+        return sorted(names)
+
+    def load_savepoint(self, name: str, verify: bool = True) -> CheckpointMetadata:
+        base = savepoint_dir(normalize_path(name))
+        meta = self._parse(f"{base}/{METADATA_FILE}", None)
+        if verify:
+            self.verify(meta, base)
+        return meta

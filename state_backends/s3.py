@@ -1,0 +1,216 @@
+"""``S3StateBackend``: objects in an S3 bucket (or any S3-compatible server) through boto3.
+
+Atomic completion without renames: every object is one ``PutObject`` (S3 makes a PUT visible
+all at once, never partially), and a checkpoint is complete exactly when its
+``chk-<n>/_metadata`` object exists, which the coordinator PUTs last.
+
+Credentials come from the options (``s3.access.key`` / ``s3.secret.key``) or boto3's default
+chain. They are never part of ``repr``, ``describe()``, log lines or error messages: errors name
+only the bucket, the key and the S3 error code.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from state_backends.base import StateBackend, normalize_path
+from state_backends.exceptions import InvalidBackendOptionError, SnapshotNotFoundError, \
+    StateBackendError
+
+logger = logging.getLogger(__name__)
+
+_NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
+_DELETE_BATCH = 1000
+
+
+def _boto3():
+    try:
+        import boto3
+        import botocore
+    except ImportError as exc:  # pragma: no cover - boto3 is an install requirement
+        raise StateBackendError("the S3 state backend needs boto3: "
+                                "pip install barrier-kafka[s3]") from exc
+    return boto3, botocore
+
+
+@dataclass(frozen=True)
+class S3Options:
+    """Connection options of :class:`S3StateBackend` (picklable; secrets hidden from repr)."""
+
+    region: Optional[str] = None
+    endpoint_url: Optional[str] = field(default=None, repr=False)
+    access_key: Optional[str] = field(default=None, repr=False)
+    secret_key: Optional[str] = field(default=None, repr=False)
+    session_token: Optional[str] = field(default=None, repr=False)
+    path_style: bool = False
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 60.0
+    max_attempts: int = 3
+
+    def __post_init__(self) -> None:
+        if (self.access_key is None) != (self.secret_key is None):
+            raise InvalidBackendOptionError(
+                "s3.access.key and s3.secret.key must be given together (or neither, to use "
+                "boto3's default credential chain)")
+        if self.max_attempts < 1 or self.connect_timeout_s <= 0 or self.read_timeout_s <= 0:
+            raise InvalidBackendOptionError(
+                "s3.max.attempts must be >= 1 and s3 timeouts must be > 0")
+
+
+class S3StateBackend(StateBackend):
+    """Backend at ``s3://<bucket>/<prefix>``. Runs on the driver and on executors.
+
+    The boto3 client is created lazily, once per process, and is not pickled.
+    """
+
+    scheme = "s3"
+
+    def __init__(self, bucket: str, prefix: str = "", options: Optional[S3Options] = None) -> None:
+        if not bucket or "/" in bucket:
+            raise InvalidBackendOptionError(f"invalid S3 bucket name {bucket!r}")
+        self.bucket = bucket
+        self.prefix = normalize_path(prefix, allow_root=True)
+        self.options = options or S3Options()
+        self._client = None
+
+    # ------------------------------------------------------------------ plumbing
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_client"] = None
+        return state
+
+    @property
+    def client(self):
+        if self._client is None:
+            boto3, botocore = _boto3()
+            o = self.options
+            config = botocore.config.Config(
+                connect_timeout=o.connect_timeout_s, read_timeout=o.read_timeout_s,
+                retries={"max_attempts": o.max_attempts, "mode": "standard"},
+                s3={"addressing_style": "path" if o.path_style else "auto"})
+            kwargs = {"config": config}
+            if o.region:
+                kwargs["region_name"] = o.region
+            if o.endpoint_url:
+                kwargs["endpoint_url"] = o.endpoint_url
+            if o.access_key is not None:
+                kwargs["aws_access_key_id"] = o.access_key
+                kwargs["aws_secret_access_key"] = o.secret_key
+                if o.session_token:
+                    kwargs["aws_session_token"] = o.session_token
+            self._client = boto3.session.Session().client("s3", **kwargs)
+        return self._client
+
+    def _key(self, path: str) -> str:
+        rel = normalize_path(path, allow_root=True)
+        if self.prefix and rel:
+            return f"{self.prefix}/{rel}"
+        return self.prefix or rel
+
+    def _rel(self, key: str) -> str:
+        return key[len(self.prefix) + 1:] if self.prefix else key
+
+    def _error(self, action: str, key: str, exc: Exception) -> StateBackendError:
+        """A ``StateBackendError`` naming bucket, key and error code only (no secrets)."""
+        _boto, botocore = _boto3()
+        where = f"s3://{self.bucket}/{key}"
+        if isinstance(exc, botocore.exceptions.ClientError):
+            err = exc.response.get("Error", {})
+            code = err.get("Code", "?")
+            if code == "NoSuchBucket":
+                return StateBackendError(f"could not {action} {where}: bucket {self.bucket!r} "
+                                         "does not exist")
+            if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+                return StateBackendError(f"could not {action} {where}: access denied ({code}); "
+                                         "check the S3 credentials and bucket policy")
+            return StateBackendError(f"could not {action} {where}: S3 error {code}: "
+                                     f"{err.get('Message', '')}".rstrip(": "))
+        if isinstance(exc, (botocore.exceptions.EndpointConnectionError,
+                            botocore.exceptions.ConnectTimeoutError,
+                            botocore.exceptions.ReadTimeoutError)):
+            return StateBackendError(f"could not {action} {where}: S3 endpoint unreachable "
+                                     f"({type(exc).__name__}); check s3.endpoint and the network")
+        if isinstance(exc, botocore.exceptions.NoCredentialsError):
+            return StateBackendError(f"could not {action} {where}: no S3 credentials found "
+                                     "(set s3.access.key/s3.secret.key or the AWS environment)")
+        return StateBackendError(f"could not {action} {where}: {type(exc).__name__}")
+
+    def _call(self, action: str, key: str, fn, **kwargs):
+        _boto, botocore = _boto3()
+        try:
+            return fn(**kwargs)
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+            raise self._error(action, key, exc) from None
+
+    # ------------------------------------------------------------------ primitives
+    def put(self, path: str, data: bytes) -> None:
+        key = self._key(normalize_path(path))
+        self._call("write", key, self.client.put_object, Bucket=self.bucket, Key=key, Body=data)
+
+    def get(self, path: str) -> bytes:
+        key = self._key(normalize_path(path))
+        _boto, botocore = _boto3()
+        try:
+            return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        except botocore.exceptions.ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in _NOT_FOUND:
+                raise SnapshotNotFoundError(f"no object at s3://{self.bucket}/{key}") from None
+            raise self._error("read", key, exc) from None
+        except botocore.exceptions.BotoCoreError as exc:
+            raise self._error("read", key, exc) from None
+
+    def exists(self, path: str) -> bool:
+        key = self._key(normalize_path(path))
+        _boto, botocore = _boto3()
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=key)
+            return True
+        except botocore.exceptions.ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in _NOT_FOUND:
+                return False
+            raise self._error("check", key, exc) from None
+        except botocore.exceptions.BotoCoreError as exc:
+            raise self._error("check", key, exc) from None
+
+    def _list_keys(self, prefix: str) -> List[str]:
+        rel = normalize_path(prefix, allow_root=True)
+        base = self._key(rel)
+        keys: List[str] = []
+        # The object itself (path-component semantics) plus everything under base/.
+        queries = [base + "/"] if base else [""]
+        for query in queries:
+            paginator = self.client.get_paginator("list_objects_v2")
+            pages = paginator.paginate(Bucket=self.bucket, Prefix=query)
+            _boto, botocore = _boto3()
+            try:
+                for page in pages:
+                    keys.extend(o["Key"] for o in page.get("Contents", []))
+            except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+                raise self._error("list", query, exc) from None
+        if rel and self.exists(rel):
+            keys.append(base)
+        return keys
+
+    def list(self, prefix: str = "") -> List[str]:
+        return sorted(self._rel(k) for k in self._list_keys(prefix))
+
+    def delete_prefix(self, prefix: str) -> None:
+        keys = self._list_keys(prefix)
+        for i in range(0, len(keys), _DELETE_BATCH):
+            chunk = keys[i:i + _DELETE_BATCH]
+            resp = self._call("delete", chunk[0], self.client.delete_objects, Bucket=self.bucket,
+                              Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True})
+            errors = resp.get("Errors") or []
+            if errors:
+                first = errors[0]
+                raise StateBackendError(
+                    f"could not delete s3://{self.bucket}/{first.get('Key')}: S3 error "
+                    f"{first.get('Code')} ({len(errors)} keys failed)")
+
+    def describe(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
+
+    def __repr__(self) -> str:
+        return f"S3StateBackend({self.describe()!r}, {self.options!r})"
