@@ -80,7 +80,7 @@ class BarrierHandler:
         """
         out = self._out = []
         if self.current_checkpoint_id is None:
-            self._adopt_first_checkpoint()
+            self.adopt_first_checkpoint()
         progress = True
         while progress:
             progress = False
@@ -95,8 +95,11 @@ class BarrierHandler:
         self._out = []
         return out
 
-    def _adopt_first_checkpoint(self) -> None:
-        """A fresh handler starts just before the oldest checkpoint or epoch it is shown."""
+    def adopt_first_checkpoint(self) -> None:
+        """A fresh handler starts just before the oldest checkpoint or epoch queued (no-op once
+        started); ``poll`` calls it."""
+        if self.current_checkpoint_id is not None:
+            return
         ids = [e.checkpoint_id for q in self._queues.values() for e in q
                if isinstance(e, (Barrier, CancellationBarrier))]
         ids += [e.epoch for q in self._queues.values() for e in q

@@ -1,0 +1,1 @@
+"""Ready-made keyed operators built on :func:`barrier_ops.keyed_process`."""

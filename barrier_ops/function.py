@@ -1,0 +1,89 @@
+"""The user's side of a keyed operator: :class:`KeyedProcessFunction` (Flink's name).
+
+Runs inside ``applyInPandasWithState`` on executors; the function object is pickled there.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Optional
+
+import pandas as pd
+
+Rows = Optional[Any]  # a pandas DataFrame, an iterable of tuples / dicts, or None
+
+
+class KeyedProcessFunction:
+    """Process the records of one key with keyed state.
+
+    Override :meth:`process_records`; optionally :meth:`on_timer`. Both return the output rows:
+    a pandas DataFrame with the user's output columns, an iterable of tuples (in output schema
+    order) or dicts, or ``None``.
+
+    Examples
+    --------
+    >>> class Count(KeyedProcessFunction):
+    ...     def process_records(self, key, records, state):
+    ...         total = state.value_state("n", 0)
+    ...         total.update(total.value() + len(records))
+    ...         return [(key, total.value())]
+
+    Notes
+    -----
+    Must be picklable. Records of a key arrive in channel order (by Kafka partition, then
+    offset), and all records of one call lie in the same checkpoint epoch.
+    """
+
+    def process_records(self, key: Any, records: pd.DataFrame, state) -> Rows:
+        raise NotImplementedError
+
+    def on_timer(self, key: Any, timestamp_ms: int, state) -> Rows:
+        """Called for each due timer of ``key`` (``state.timer_service`` tells which kind)."""
+        return None
+
+
+class _CallableFunction(KeyedProcessFunction):
+    def __init__(self, fn: Callable, on_timer: Optional[Callable] = None) -> None:
+        self._fn = fn
+        self._on_timer = on_timer
+
+    def process_records(self, key, records, state):
+        return self._fn(key, records, state)
+
+    def on_timer(self, key, timestamp_ms, state):
+        if self._on_timer is None:
+            return None
+        return self._on_timer(key, timestamp_ms, state)
+
+
+def as_keyed_function(fn, on_timer: Optional[Callable] = None) -> KeyedProcessFunction:
+    """Accept a :class:`KeyedProcessFunction` or a plain ``fn(key, records, state)``."""
+    if isinstance(fn, KeyedProcessFunction):
+        if on_timer is not None:
+            raise TypeError("on_timer is only for plain functions; override "
+                            "KeyedProcessFunction.on_timer instead")
+        return fn
+    if not callable(fn):
+        raise TypeError(f"fn must be callable or a KeyedProcessFunction, got {type(fn)!r}")
+    return _CallableFunction(fn, on_timer)
+
+
+def rows_to_dicts(rows: Rows, columns) -> Iterable[dict]:
+    """Normalise a user function's return value into dicts over ``columns``."""
+    if rows is None:
+        return []
+    if isinstance(rows, pd.DataFrame):
+        missing = [c for c in columns if c not in rows.columns]
+        if missing:
+            raise ValueError(f"user function returned a DataFrame without columns {missing}")
+        return rows[list(columns)].to_dict("records")
+    out = []
+    for row in rows:
+        if isinstance(row, dict):
+            out.append({c: row.get(c) for c in columns})
+        else:
+            row = tuple(row)
+            if len(row) != len(columns):
+                raise ValueError(f"user function returned {row!r}; expected {len(columns)} "
+                                 f"values for {list(columns)}")
+            out.append(dict(zip(columns, row)))
+    return out

@@ -1,0 +1,169 @@
+"""``keyed_process``: a barrier-aligned keyed stateful operator on ``applyInPandasWithState``.
+
+The plan is built on the driver; the per-key-group function runs on executors.
+
+Plan:
+
+1. Every row gets key group(s) (``__kg``): a record its key's group
+   (:func:`~barrier_ops.keygroups.key_group_column`), a barrier or cancellation marker every key
+   group ``0 .. max_parallelism - 1`` (fan-out with ``explode``), an upstream ack row one group
+   derived from its text.
+2. ``groupBy("__kg").applyInPandasWithState(...)`` with ``NoTimeout`` (``ProcessingTimeTimeout``
+   would make Spark run empty batches forever) and ``append`` output mode: the
+   :class:`~barrier_ops.runtime.KeyGroupRuntime` of each key group lives in ``GroupState``.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from typing import Callable, Optional, Union
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType,
+                               StructField, StructType, TimestampType)
+
+from barrier_ops.exceptions import InvalidOptionError
+from barrier_ops.function import as_keyed_function
+from barrier_ops.keygroups import DEFAULT_MAX_PARALLELISM, key_group_column
+from barrier_ops.options import EXACTLY_ONCE, OperatorOptions
+from barrier_ops.runtime import CONTROL_COLUMNS, KeyGroupRuntime
+from barrier_source.schema import KIND_ACK, KIND_RECORD
+
+logger = logging.getLogger(__name__)
+
+KEY_GROUP_COLUMN = "__kg"
+CONTROL_FIELDS = [
+    StructField("topic", StringType()),
+    StructField("partition", IntegerType()),
+    StructField("offset", LongType()),
+    StructField("timestamp", TimestampType()),
+    StructField("kind", StringType()),
+    StructField("checkpoint_id", LongType()),
+    StructField("checkpoint_timestamp", LongType()),
+    StructField("barrier_channels", ArrayType(StringType())),
+    StructField("ack", StringType()),
+]
+STATE_SCHEMA = StructType([StructField("runtime", BinaryType())])
+REQUIRED_INPUT = ("kind", "checkpoint_id", "topic", "partition", "offset")
+
+
+def operator_output_schema(output_schema: Union[StructType, str]) -> StructType:
+    """The user's output columns followed by the control columns (:data:`CONTROL_FIELDS`)."""
+    user = _as_struct(output_schema)
+    clash = [f.name for f in user.fields if f.name in CONTROL_COLUMNS]
+    if clash:
+        raise InvalidOptionError(f"output_schema uses reserved column names {clash}; the operator "
+                                 f"adds {CONTROL_COLUMNS} itself")
+    return StructType(list(user.fields) + CONTROL_FIELDS)
+
+
+def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
+                  operator_id: str, state_backend, *,
+                  max_parallelism: int = DEFAULT_MAX_PARALLELISM, mode: str = EXACTLY_ONCE,
+                  restore_from: Optional[Union[int, str]] = None,
+                  restore_requires_complete: bool = True,
+                  on_timer: Optional[Callable] = None, watermark_delay_ms: int = 0,
+                  state_backend_options: Optional[dict] = None) -> DataFrame:
+    """Apply ``fn`` per key with keyed state, aligning checkpoint barriers (driver).
+
+    Parameters
+    ----------
+    df : DataFrame
+        A barrier-kafka stream (``spark.readStream.format("barrier-kafka")``) or the output of
+        another operator / passthrough helper: it needs ``kind``, ``checkpoint_id``, ``topic``,
+        ``partition``, ``offset`` (and ``barrier_channels``, ``checkpoint_timestamp``,
+        ``timestamp`` when present) plus ``key_col``.
+    key_col : str
+        The key column; keys map to ``max_parallelism`` key groups by crc32 of their bytes.
+    fn : callable or KeyedProcessFunction
+        ``fn(key, records, state)`` -> rows (DataFrame, iterable of tuples or dicts, or None);
+        ``records`` is a pandas DataFrame of the key's records of one epoch in channel order,
+        ``state`` a :class:`~barrier_ops.state.KeyedContext` (value/list/map state, timers).
+    output_schema : StructType or DDL str
+        The columns ``fn`` returns; the operator appends the control columns.
+    operator_id : str
+        Stable name of the operator; names its snapshots (``chk-n/op-<id>/kg-<k>``).
+    state_backend : str or StateBackend
+        Where snapshots go (URI resolved on executors, or a picklable backend instance).
+    max_parallelism : int
+        Number of key groups; fixed for the life of the state (restores need the same value).
+    mode : {"exactly_once", "at_least_once"}
+        Aligner (holds back records after a barrier) or tracker (only counts barriers).
+    restore_from : int or str, optional
+        Checkpoint id or savepoint path to load each key group's state from when Spark's own
+        state has none (a new query, e.g. with different shuffle partitions).
+    on_timer : callable, optional
+        ``on_timer(key, timestamp_ms, state)`` -> rows, for a plain ``fn``.
+    watermark_delay_ms : int
+        Event-time watermark = max record ``timestamp`` seen minus this.
+
+    Returns
+    -------
+    DataFrame
+        Streaming (or batch) DataFrame with ``output_schema`` + control columns; ``kind`` is
+        ``record`` (``checkpoint_id`` = epoch), ``ack`` or ``barrier`` (see protocol.md).
+    """
+    opts = OperatorOptions(operator_id, state_backend, max_parallelism, mode, restore_from,
+                           restore_requires_complete, watermark_delay_ms,
+                           dict(state_backend_options or {}))
+    kfn = as_keyed_function(fn, on_timer)
+    pickle.dumps(kfn)  # fail on the driver, not in a task, when fn is not picklable
+    out_schema = operator_output_schema(output_schema)
+    user_columns = [f.name for f in _as_struct(output_schema).fields]
+    missing = [c for c in REQUIRED_INPUT + (key_col,) if c not in df.columns]
+    if missing:
+        raise InvalidOptionError(f"keyed_process input lacks columns {missing}; feed it a "
+                                 "barrier-kafka stream (use barrier_ops.passthrough helpers for "
+                                 "stateless steps so control rows and columns survive)")
+    keyed = with_key_groups(df, key_col, max_parallelism)
+
+    def run_key_group(key, pdfs, state):
+        import pandas as pd
+
+        kg = int(key[0])
+        if state.exists:
+            runtime = pickle.loads(state.get[0])
+        else:
+            runtime = KeyGroupRuntime.create(opts, kg)
+        frames = list(pdfs)
+        pdf = pd.concat(frames, ignore_index=True) if len(frames) != 1 else frames[0]
+        out = runtime.process_batch(opts, kfn, key_col, user_columns,
+                                    pdf.drop(columns=[KEY_GROUP_COLUMN]),
+                                    state.getCurrentProcessingTimeMs())
+        state.update((pickle.dumps(runtime, protocol=4),))
+        if len(out):
+            yield out
+
+    return keyed.groupBy(KEY_GROUP_COLUMN).applyInPandasWithState(
+        run_key_group, out_schema, STATE_SCHEMA, "append", "NoTimeout")
+
+
+def with_key_groups(df: DataFrame, key_col: str, max_parallelism: int) -> DataFrame:
+    """``df`` plus ``__kg``: records keep one row, markers fan out to every key group."""
+    key_type = df.schema[key_col].dataType
+    kind = F.col("kind")
+    all_groups = F.sequence(F.lit(0), F.lit(max_parallelism - 1))
+    ack_col = F.col("ack") if "ack" in df.columns else F.lit(None).cast("string")
+    groups = (F.when(kind == KIND_RECORD,
+                     F.array(key_group_column(F.col(key_col), key_type, max_parallelism)))
+              .when(kind == KIND_ACK,
+                    F.array(F.pmod(F.crc32(ack_col.cast("binary")),
+                                   F.lit(max_parallelism)).cast("int")))
+              .otherwise(all_groups))
+    return df.withColumn(KEY_GROUP_COLUMN, F.explode(groups))
+
+
+def _as_struct(schema) -> StructType:
+    if isinstance(schema, StructType):
+        return schema
+    if isinstance(schema, str):
+        from pyspark.sql.types import _parse_datatype_string
+
+        parsed = _parse_datatype_string(schema)
+        if isinstance(parsed, StructType):
+            return parsed
+    raise InvalidOptionError(f"output_schema must be a StructType or DDL string, got {schema!r}")
+
+

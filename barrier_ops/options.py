@@ -1,0 +1,74 @@
+"""Configuration of a keyed operator, parsed and validated once on the driver."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Union
+
+from barrier_ops.exceptions import InvalidOptionError
+from barrier_ops.keygroups import DEFAULT_MAX_PARALLELISM
+
+EXACTLY_ONCE = "exactly_once"
+AT_LEAST_ONCE = "at_least_once"
+MODES = (EXACTLY_ONCE, AT_LEAST_ONCE)
+_OPERATOR_ID = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+
+
+@dataclass(frozen=True)
+class OperatorOptions:
+    """Validated options of :func:`barrier_ops.keyed_process` (picklable; travels to executors).
+
+    ``state_backend`` is a URI (resolved lazily on executors with
+    ``state_backends.registry.backend_from_uri``) or a picklable ``StateBackend`` instance.
+    ``restore_from``: a checkpoint id (``chk-<n>``) or a savepoint path inside the backend.
+    """
+
+    operator_id: str
+    state_backend: Any
+    max_parallelism: int = DEFAULT_MAX_PARALLELISM
+    mode: str = EXACTLY_ONCE
+    restore_from: Optional[Union[int, str]] = None
+    restore_requires_complete: bool = True
+    watermark_delay_ms: int = 0
+    state_backend_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.operator_id, str) or not _OPERATOR_ID.match(self.operator_id):
+            raise InvalidOptionError(
+                f"operator_id {self.operator_id!r} must be 1-100 characters of [A-Za-z0-9._-]; "
+                "it names the operator's snapshots and must stay the same across restarts")
+        if self.state_backend is None:
+            raise InvalidOptionError("state_backend is required (a URI such as "
+                                     "'file:///tmp/chk' or a StateBackend instance)")
+        if not isinstance(self.max_parallelism, int) or not 1 <= self.max_parallelism <= 32768:
+            raise InvalidOptionError(f"max_parallelism must be an int in [1, 32768], got "
+                                     f"{self.max_parallelism!r}")
+        if self.mode not in MODES:
+            raise InvalidOptionError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.restore_from is not None and not isinstance(self.restore_from, (int, str)):
+            raise InvalidOptionError("restore_from must be a checkpoint id or a savepoint path")
+        if isinstance(self.restore_from, int) and self.restore_from < 1:
+            raise InvalidOptionError("restore_from checkpoint ids start at 1")
+        if self.watermark_delay_ms < 0:
+            raise InvalidOptionError("watermark_delay_ms must be >= 0")
+
+    @property
+    def restore_prefix(self) -> Optional[str]:
+        """Folder in the backend holding ``op-<id>/kg-<k>`` snapshots to restore from."""
+        if self.restore_from is None:
+            return None
+        if isinstance(self.restore_from, int) or str(self.restore_from).isdigit():
+            return f"chk-{int(self.restore_from)}"
+        return str(self.restore_from).rstrip("/")
+
+    def open_backend(self):
+        """The state backend (executor); URIs are resolved here, never on import."""
+        if not isinstance(self.state_backend, str):
+            return self.state_backend
+        try:
+            from state_backends.registry import backend_from_uri
+        except ImportError as exc:  # pragma: no cover - until the registry lands
+            raise InvalidOptionError("state backend URIs need state_backends.registry; pass a "
+                                     "StateBackend instance instead") from exc
+        return backend_from_uri(self.state_backend, dict(self.state_backend_options))

@@ -1,0 +1,64 @@
+"""Stateless steps that keep barrier and ack rows (driver-side DataFrame helpers).
+
+A plain ``df.filter(cond)`` drops barrier rows whenever ``cond`` is false or null for them (their
+``key``/``value`` are null), and ``df.select(cols)`` drops the control columns; either silently
+breaks alignment downstream. These helpers apply the step to ``kind='record'`` rows only and
+keep the control columns.
+"""
+
+from __future__ import annotations
+
+from typing import List, Union
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from barrier_source.schema import KIND_RECORD
+
+#: columns a keyed operator or a sink needs on every row (those present are kept)
+CONTROL_COLUMNS = ("topic", "partition", "offset", "timestamp", "kind", "checkpoint_id",
+                   "checkpoint_timestamp", "barrier_channels", "ack")
+
+
+def is_record() -> Column:
+    return F.col("kind") == F.lit(KIND_RECORD)
+
+
+def filter_records(df: DataFrame, condition: Union[Column, str]) -> DataFrame:
+    """Keep records matching ``condition`` and every control row (barrier, ack).
+
+    Examples
+    --------
+    >>> clean = filter_records(df, F.col("value").isNotNull())   # doctest: +SKIP
+    """
+    cond = F.expr(condition) if isinstance(condition, str) else condition
+    return df.filter(~is_record() | F.coalesce(cond, F.lit(False)))
+
+
+def with_record_column(df: DataFrame, name: str, col: Column) -> DataFrame:
+    """``withColumn(name, col)`` evaluated on records only (null on control rows, so UDFs never
+    see a barrier's null key/value)."""
+    if name in CONTROL_COLUMNS:
+        raise ValueError(f"{name!r} is a control column; derive a new column instead")
+    return df.withColumn(name, F.when(is_record(), col))
+
+
+def select_records(df: DataFrame, *cols: Union[Column, str]) -> DataFrame:
+    """``select(*cols)`` plus every control column present in ``df``; for computed columns on
+    records use :func:`with_record_column` first."""
+    names = [c for c in CONTROL_COLUMNS if c in df.columns]
+    chosen: List[Union[Column, str]] = [c for c in cols if not (isinstance(c, str) and c in names)]
+    return df.select(*chosen, *names)
+
+
+def explode_records(df: DataFrame, name: str, array_col: Column) -> DataFrame:
+    """One record per element of ``array_col`` (e.g. words of a line); control rows stay one
+    row each with ``name`` null. Exploded records keep their source ``offset``, so per-channel
+    order is still well defined (ties keep their relative order within a micro-batch)."""
+    arr = F.when(is_record(), array_col).otherwise(F.array(F.lit(None)))
+    return df.withColumn(name, F.explode_outer(arr)).filter(~is_record() | F.col(name).isNotNull())
+
+
+def records_only(df: DataFrame) -> DataFrame:
+    """Records only: the explicit way to leave the checkpointed world (e.g. for debugging)."""
+    return df.filter(is_record())

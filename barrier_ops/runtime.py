@@ -1,0 +1,295 @@
+"""One key group of a keyed operator, across micro-batches (executor side).
+
+Runs inside ``applyInPandasWithState`` on executors: Spark calls the operator once per key group
+per micro-batch; the :class:`KeyGroupRuntime` is unpickled from ``GroupState``, handles the
+batch and is pickled back. Per batch:
+
+1. Pass upstream ``ack`` rows through unchanged.
+2. Fire processing-time timers due at the batch time.
+3. Order each channel's rows by offset (a barrier at offset X precedes the record at X), cut
+   them into record chunks and barrier events, and run the barrier handler (aligner or tracker).
+4. Apply the user function to released records, key by key, one epoch segment at a time; after
+   each segment advance the watermark and fire due event-time timers.
+5. At each triggered checkpoint n: snapshot the key group's state to the state backend, emit an
+   ``ack`` row and forward barrier n on this key group's output channel; later output belongs to
+   epoch n + 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import time
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import pandas as pd
+
+from barrier_ops.ack import AckMetrics, Acknowledgement, offsets_by_topic
+from barrier_ops.exceptions import RestoreError
+from barrier_ops.function import KeyedProcessFunction, rows_to_dicts
+from barrier_ops.options import AT_LEAST_ONCE, OperatorOptions
+from barrier_ops.state import KeyedContext, KeyedStateStore
+from barrier_source.alignment import (Barrier, BarrierAligner, BarrierTracker,
+                                      CancellationBarrier, CheckpointAborted,
+                                      CheckpointTriggered, Records, Released)
+from barrier_source.schema import KIND_ACK, KIND_BARRIER, KIND_RECORD
+
+logger = logging.getLogger(__name__)
+
+KIND_CANCEL = "cancel"
+SNAPSHOT_VERSION = 1
+#: columns every operator output row carries after the user's columns (see protocol.md)
+CONTROL_COLUMNS = ["topic", "partition", "offset", "timestamp", "kind", "checkpoint_id",
+                   "checkpoint_timestamp", "barrier_channels", "ack"]
+
+
+def output_topic(operator_id: str) -> str:
+    """``topic`` of an operator's output rows: ``op:<operator_id>``. Kafka topic names cannot
+    contain ``:``, so sinks and coordinators can tell operator channels from Kafka partitions."""
+    return f"op:{operator_id}"
+
+
+def output_channel(operator_id: str, key_group: int) -> str:
+    """Channel of key group ``key_group``'s output (``op:<operator_id>:<key_group>``)."""
+    return f"{output_topic(operator_id)}:{key_group}"
+
+
+class KeyGroupRuntime:
+    """Barrier handler, keyed state and output position of one key group.
+
+    Notes
+    -----
+    Must be picklable: it is the ``GroupState`` of the key group (held-back records included).
+    """
+
+    def __init__(self, opts: OperatorOptions, key_group: int) -> None:
+        self.key_group = key_group
+        name = f"{opts.operator_id}/kg-{key_group}"
+        handler_cls = BarrierTracker if opts.mode == AT_LEAST_ONCE else BarrierAligner
+        self.handler = handler_cls(name)
+        self.store = KeyedStateStore()
+        self.epoch: Optional[int] = None          # epoch of output produced now
+        self.output_seq = 0                       # next offset on this key group's channel
+        self.snapshots_taken = 0
+
+    # ------------------------------------------------------------------ restore
+    @classmethod
+    def create(cls, opts: OperatorOptions, key_group: int) -> "KeyGroupRuntime":
+        """A fresh runtime, loaded from ``opts.restore_from`` when set (executor)."""
+        rt = cls(opts, key_group)
+        prefix = opts.restore_prefix
+        if prefix is not None:
+            rt._restore(opts, prefix)
+        return rt
+
+    def _restore(self, opts: OperatorOptions, prefix: str) -> None:
+        backend = opts.open_backend()
+        if opts.restore_requires_complete and prefix.startswith("chk-"):
+            if not backend.exists(f"{prefix}/_metadata"):
+                raise RestoreError(f"{backend.describe()}/{prefix} is not a completed checkpoint "
+                                   "(no _metadata); pass restore_requires_complete=False to "
+                                   "restore from it anyway")
+        path = f"{prefix}/op-{opts.operator_id}/kg-{self.key_group}"
+        try:
+            snap = pickle.loads(backend.get(path))
+        except Exception as exc:  # noqa: BLE001 - every backend error means "cannot restore"
+            raise RestoreError(f"cannot read snapshot {path} from {backend.describe()}: "
+                               f"{exc}") from exc
+        if (snap.get("version") != SNAPSHOT_VERSION or snap["operator_id"] != opts.operator_id
+                or snap["max_parallelism"] != opts.max_parallelism):
+            raise RestoreError(f"snapshot {path} was written by operator "
+                               f"{snap.get('operator_id')!r} with max_parallelism "
+                               f"{snap.get('max_parallelism')}; this is {opts.operator_id!r} with "
+                               f"{opts.max_parallelism}")
+        self.store = KeyedStateStore.from_snapshot(snap["state"])
+        self.output_seq = snap["output_seq"]
+        self.handler.start_after(snap["checkpoint_id"])
+        self.epoch = snap["checkpoint_id"] + 1
+        logger.info("%s: restored checkpoint %d from %s", self.handler.name,
+                    snap["checkpoint_id"], path)
+
+    # ------------------------------------------------------------------ one micro-batch
+    def process_batch(self, opts: OperatorOptions, fn: KeyedProcessFunction, key_col: str,
+                      user_columns: List[str], pdf: pd.DataFrame,
+                      batch_time_ms: int) -> pd.DataFrame:
+        """Handle the rows one micro-batch delivered to this key group; return the output."""
+        self._opts, self._fn, self._key_col = opts, fn, key_col
+        self._user_columns, self._now_ms = user_columns, batch_time_ms
+        self._rows: List[Dict[str, Any]] = []
+        self._backend = None
+        try:
+            kind = pdf["kind"]
+            for row in pdf[kind == KIND_ACK].to_dict("records"):   # step 1
+                part = _py(row.get("partition"))
+                self._emit_control(KIND_ACK, row["checkpoint_id"], topic=row.get("topic"),
+                                   partition=None if part is None else int(part),
+                                   ack=row.get("ack"))
+            self.handler.push_all(build_events(pdf[kind == KIND_RECORD],
+                                               pdf[kind == KIND_BARRIER],
+                                               pdf[kind == KIND_CANCEL]))
+            if self.epoch is None:
+                self.handler.adopt_first_checkpoint()
+                current = self.handler.current_checkpoint_id
+                self.epoch = 1 if current is None else current + 1
+            self._fire_timers(self.store.processing_timers, batch_time_ms)  # step 2
+            segment: List[pd.DataFrame] = []
+            for out in self.handler.poll():                                   # step 3
+                if isinstance(out, Released):
+                    segment.append(out.payload)
+                    continue
+                self._process_segment(segment)                                # step 4
+                segment = []
+                if isinstance(out, CheckpointTriggered):
+                    self._checkpoint(out)                                     # step 5
+                    self.epoch = out.checkpoint_id + 1
+                elif isinstance(out, CheckpointAborted):
+                    self.epoch = max(self.epoch, out.checkpoint_id + 1)
+            self._process_segment(segment)
+            return pd.DataFrame(self._rows, columns=user_columns + CONTROL_COLUMNS)
+        finally:
+            del self._opts, self._fn, self._key_col, self._user_columns, self._now_ms
+            del self._rows, self._backend
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
+    # ------------------------------------------------------------------ records and timers
+    def _process_segment(self, segment: List[pd.DataFrame]) -> None:
+        if not segment:
+            return
+        seg = pd.concat(segment, ignore_index=True) if len(segment) > 1 else segment[0]
+        key_col = self._key_col
+        for key, sub in seg.groupby(key_col, sort=False, dropna=False):
+            key = _py(key)
+            ctx = KeyedContext(self.store, key, self.key_group, self.epoch, self._now_ms)
+            ts = sub["timestamp"].max() if "timestamp" in sub.columns else None
+            self._emit_records(self._fn.process_records(key, sub, ctx), ts)
+        if "timestamp" in seg.columns:
+            ts = seg["timestamp"].dropna()
+            if len(ts):
+                wm = int(ts.max().value // 1_000_000) - self._opts.watermark_delay_ms
+                if self.store.watermark_ms is None or wm > self.store.watermark_ms:
+                    self.store.watermark_ms = wm
+                    self._fire_timers(self.store.event_timers, wm)
+
+    def _fire_timers(self, timers, up_to_ms: int) -> None:
+        if not timers:
+            return
+        for ts, key in self.store.due_timers(timers, up_to_ms):
+            ctx = KeyedContext(self.store, key, self.key_group, self.epoch, self._now_ms)
+            self._emit_records(self._fn.on_timer(key, ts, ctx), pd.Timestamp(ts, unit="ms"))
+
+    def _emit_records(self, rows, ts) -> None:
+        for d in rows_to_dicts(rows, self._user_columns):
+            d.update(topic=output_topic(self._opts.operator_id), partition=self.key_group,
+                     offset=self.output_seq, timestamp=None if pd.isna(ts) else ts,
+                     kind=KIND_RECORD, checkpoint_id=self.epoch, checkpoint_timestamp=None,
+                     barrier_channels=None, ack=None)
+            self.output_seq += 1
+            self._rows.append(d)
+
+    def _emit_control(self, kind: str, checkpoint_id, **fields) -> None:
+        d = dict.fromkeys(self._user_columns + CONTROL_COLUMNS)
+        d.update(kind=kind, checkpoint_id=_py(checkpoint_id), **fields)
+        self._rows.append(d)
+
+    # ------------------------------------------------------------------ checkpoints
+    def _checkpoint(self, trig: CheckpointTriggered) -> None:
+        opts = self._opts
+        started = time.perf_counter()
+        blob = pickle.dumps({"version": SNAPSHOT_VERSION, "operator_id": opts.operator_id,
+                             "key_group": self.key_group,
+                             "max_parallelism": opts.max_parallelism,
+                             "checkpoint_id": trig.checkpoint_id,
+                             "state": self.store.to_snapshot(),
+                             "output_seq": self.output_seq}, protocol=4)
+        if self._backend is None:
+            self._backend = opts.open_backend()
+        handle = self._backend.write_snapshot(trig.checkpoint_id, opts.operator_id,
+                                              self.key_group, blob)
+        sync_ms = (time.perf_counter() - started) * 1000.0
+        self.snapshots_taken += 1
+        ack = Acknowledgement(
+            opts.operator_id, self.key_group, opts.max_parallelism, trig.checkpoint_id,
+            handle.to_json(), offsets_by_topic(trig.offsets),
+            AckMetrics(round(trig.alignment_ms, 3), trig.held_back_records, round(sync_ms, 3),
+                       0.0, len(blob)), trig.timestamp_ms)
+        self._emit_control(KIND_ACK, trig.checkpoint_id, topic=output_topic(opts.operator_id),
+                           partition=self.key_group, ack=ack.to_json())
+        self._emit_control(
+            KIND_BARRIER, trig.checkpoint_id, topic=output_topic(opts.operator_id),
+            partition=self.key_group,
+            offset=self.output_seq, checkpoint_timestamp=trig.timestamp_ms,
+            barrier_channels=[output_channel(opts.operator_id, k)
+                              for k in range(opts.max_parallelism)])
+        logger.debug("%s: snapshot of checkpoint %d, %d bytes in %.1f ms", self.handler.name,
+                     trig.checkpoint_id, len(blob), sync_ms)
+
+
+# ---------------------------------------------------------------------- input ordering
+def build_events(records: pd.DataFrame, barriers: pd.DataFrame,
+                 cancels: pd.DataFrame) -> List[Any]:
+    """Per-channel events in channel order, channels in sorted order.
+
+    A channel's records are sorted by offset and cut into :class:`Records` chunks at every
+    barrier / cancellation position (the marker at offset X precedes the record at offset X)
+    and wherever the records' epoch changes.
+    """
+    markers: Dict[str, list] = {}
+    for kind_df, is_cancel in ((barriers, False), (cancels, True)):
+        for row in kind_df.to_dict("records"):
+            ch = f"{row['topic']}:{int(row['partition'])}"
+            cid = int(row["checkpoint_id"])
+            off = row["offset"]
+            off = None if off is None or pd.isna(off) else int(off)
+            if is_cancel:
+                ev = CancellationBarrier(cid, ch)
+            else:
+                chans = row.get("barrier_channels")
+                ts = row.get("checkpoint_timestamp")
+                ev = Barrier(cid, ch, off, None if ts is None or pd.isna(ts) else int(ts),
+                             tuple(chans) if chans is not None else ())
+            markers.setdefault(ch, []).append((np.inf if off is None else off, cid, ev))
+    by_channel: Dict[str, pd.DataFrame] = {}
+    if len(records):
+        chan = records["topic"].astype(str) + ":" + records["partition"].astype("int64").astype(str)
+        for ch, part in records.groupby(chan.values, sort=False):
+            by_channel[ch] = part.sort_values("offset", kind="stable")
+    events: List[Any] = []
+    for ch in sorted(set(by_channel) | set(markers)):
+        part = by_channel.get(ch)
+        offsets = part["offset"].to_numpy() if part is not None else np.empty(0)
+        start = 0
+        for off, _, ev in sorted(markers.get(ch, []), key=lambda m: (m[0], m[1])):
+            end = len(offsets) if off == np.inf else int(np.searchsorted(offsets, off, "left"))
+            if end > start:
+                events.extend(_chunks(ch, part.iloc[start:end]))
+                start = end
+            events.append(ev)
+        if part is not None and start < len(part):
+            events.extend(_chunks(ch, part.iloc[start:]))
+    return events
+
+
+def _chunks(channel: str, part: pd.DataFrame) -> List[Records]:
+    """Split ``part`` into runs of equal epoch (``checkpoint_id``)."""
+    epochs = part["checkpoint_id"].to_numpy(dtype="float64", na_value=np.nan)
+    if len(epochs) == 0:
+        return []
+    same = (epochs[1:] == epochs[:-1]) | (np.isnan(epochs[1:]) & np.isnan(epochs[:-1]))
+    cuts = [0] + [i + 1 for i in np.flatnonzero(~same)] + [len(epochs)]
+    out = []
+    for a, b in zip(cuts, cuts[1:]):
+        e = epochs[a]
+        out.append(Records(channel, part.iloc[a:b], None if np.isnan(e) else int(e)))
+    return out
+
+
+def _py(value):
+    """numpy scalar -> Python value (stable pickles, hashable keys)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if value is not None and not isinstance(value, (str, bytes)) and pd.isna(value):
+        return None
+    return value
