@@ -159,3 +159,33 @@ class ScriptDataSource(DataSource):
 
     def streamReader(self, schema):
         return ScriptReader(self.options)
+
+
+# ---------------------------------------------------------------------- snapshot inspection
+def read_snapshot_state(backend, checkpoint_id: int, operator_id: str, key_group: int) -> dict:
+    """Decoded snapshot of one key group (``{"keyed": {key: {name: value}}, ...}``)."""
+    import pickle
+
+    blob = backend.get(f"chk-{checkpoint_id}/op-{operator_id}/kg-{key_group}")
+    return pickle.loads(blob)
+
+
+def snapshot_values(backend, checkpoint_id: int, operator_id: str, max_parallelism: int,
+                    name: str = "count") -> Counter:
+    """``{key: value of state `name`}`` over every key group of a checkpoint (keys decoded)."""
+    out: Counter = Counter()
+    for kg in range(max_parallelism):
+        snap = read_snapshot_state(backend, checkpoint_id, operator_id, kg)
+        for key, slots in snap["state"]["keyed"].items():
+            if name in slots:
+                k = key.decode() if isinstance(key, bytes) else key
+                out[k] = slots[name]
+    return out
+
+
+def script_frame(batch: List[dict]):
+    """One script batch as the pandas frame Spark would hand a key group (tests only)."""
+    import pandas as pd
+
+    cols = [f.name for f in source_schema().fields]
+    return pd.DataFrame(rows_of_batch(batch), columns=cols)
