@@ -1,0 +1,217 @@
+"""Commit a completed checkpoint's offsets to a Kafka consumer group (notifyCheckpointComplete).
+
+Runs on the driver: in the source's ``commit``/``latestOffset`` (source-only pipelines) and in the
+2PC sink's coordinator. Every commit is tagged with its checkpoint id in the offset metadata
+(``{"barrier-kafka": 1, "checkpoint_id": n}``), which makes it
+
+1. idempotent: committing checkpoint n twice (batch replay) changes nothing;
+2. monotonic: a partition already carrying checkpoint m >= n is left alone, so a late or
+   replayed commit never moves the group backwards.
+
+Also home of the coordinator hand-off file ``<checkpoint.storage>/_completed_offsets.json``
+(see ``docs/internals/protocol.md``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from typing import Any, Dict, Mapping, Optional
+
+from barrier_source.exceptions import BarrierKafkaError
+
+logger = logging.getLogger(__name__)
+
+COMPLETED_OFFSETS_FILE = "_completed_offsets.json"
+_METADATA_TAG = "barrier-kafka"
+_RETRIABLE = ("CoordinatorNotAvailable", "NotCoordinator", "CoordinatorLoadInProgress",
+              "RequestTimedOut", "KafkaConnectionError", "NodeNotReady")
+
+
+def _kafka_python_config(kafka_options: Mapping[str, Any]) -> Dict[str, Any]:
+    """Accept Spark-style ``kafka.*`` options or kafka-python keyword arguments."""
+    from barrier_source.options import client_config, translate_kafka_options
+
+    if any(str(k).lower().startswith("kafka.") for k in kafka_options):
+        kafka_options = translate_kafka_options(kafka_options)
+    return client_config(kafka_options, "admin")
+
+
+def checkpoint_of_metadata(metadata: Optional[str]) -> Optional[int]:
+    """The checkpoint id barrier-kafka stored in a committed offset's metadata, if any."""
+    if not metadata:
+        return None
+    try:
+        parsed = json.loads(metadata)
+    except ValueError:
+        return None
+    if isinstance(parsed, dict) and parsed.get(_METADATA_TAG) == 1:
+        return int(parsed.get("checkpoint_id", 0))
+    return None
+
+
+def _retry(call, what: str, attempts: int = 20, backoff_s: float = 0.5):
+    for attempt in range(attempts):
+        try:
+            return call()
+        except Exception as exc:  # noqa: BLE001 - kafka-python raises many error types
+            if attempt + 1 == attempts or not any(r in type(exc).__name__ for r in _RETRIABLE):
+                raise BarrierKafkaError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+            time.sleep(backoff_s)
+    raise AssertionError("unreachable")
+
+
+def commit_group_offsets(kafka_options: Mapping[str, Any], group_id: str,
+                         offsets: Mapping[str, Mapping[Any, int]],
+                         checkpoint_id: Optional[int] = None, admin=None) -> bool:
+    """Commit ``offsets`` (``{"topic": {partition: next offset to read}}``) to ``group_id``.
+
+    Parameters
+    ----------
+    kafka_options : mapping
+        Spark-style options (``kafka.bootstrap.servers``, ``kafka.security.protocol`` ...) or
+        kafka-python keyword arguments (``bootstrap_servers`` ...).
+    group_id : str
+        The consumer group; it must have no active members (barrier-kafka never joins it).
+    offsets : mapping
+        Offsets of the completed checkpoint: the barrier positions, i.e. the next record to read.
+    checkpoint_id : int, optional
+        Tags the commit; partitions already committed at this or a newer checkpoint are skipped.
+    admin : KafkaAdminClient, optional
+        Reuse a client (the caller owns it); otherwise one is created and closed here.
+
+    Returns
+    -------
+    bool
+        True if anything was written, False if every partition was already at this checkpoint
+        or newer.
+
+    Raises
+    ------
+    BarrierKafkaError
+        The broker rejected the commit (e.g. the group has active members).
+    """
+    from kafka import TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    wanted = {TopicPartition(t, int(p)): int(o) for t, parts in offsets.items()
+              for p, o in parts.items()}
+    if not wanted:
+        return False
+    own = admin is None
+    if own:
+        from kafka.admin import KafkaAdminClient
+        admin = KafkaAdminClient(**_kafka_python_config(kafka_options))
+    try:
+        current = _retry(lambda: admin.list_group_offsets({group_id: list(wanted)}),
+                         f"Reading offsets of consumer group '{group_id}'").get(group_id, {})
+        meta = json.dumps({_METADATA_TAG: 1, "checkpoint_id": checkpoint_id})
+        to_write = {}
+        for tp, off in wanted.items():
+            existing = current.get(tp)
+            if checkpoint_id is not None and existing is not None:
+                done = checkpoint_of_metadata(existing.metadata)
+                if done is not None and done >= checkpoint_id:
+                    continue
+            if existing is not None and existing.offset == off and checkpoint_id is None:
+                continue
+            to_write[tp] = OffsetAndMetadata(off, meta, -1)
+        if not to_write:
+            return False
+        result = _retry(lambda: admin.alter_group_offsets(group_id, to_write),
+                        f"Committing checkpoint {checkpoint_id} to consumer group '{group_id}'")
+        failed = {f"{tp.topic}:{tp.partition}": err.__name__ for tp, err in result.items()
+                  if err.__name__ != "NoError"}
+        if failed:
+            raise BarrierKafkaError(f"Committing checkpoint {checkpoint_id} to consumer group "
+                                    f"'{group_id}' failed for {failed} (does the group have "
+                                    "active members? barrier-kafka needs it to itself).")
+        logger.info("group %s: committed checkpoint %s offsets for %d partitions", group_id,
+                    checkpoint_id, len(to_write))
+        return True
+    finally:
+        if own:
+            admin.close()
+
+
+# ---------------------------------------------------------------------- coordinator hand-off
+def _local_path(storage: str) -> Optional[str]:
+    if storage.startswith("file://"):
+        return storage[len("file://"):]
+    if "://" not in storage:
+        return storage
+    return None
+
+
+def write_completed_offsets(storage: str, checkpoint_id: int, timestamp_ms: int,
+                            offsets: Mapping[str, Mapping[Any, int]]) -> None:
+    """Atomically record that checkpoint ``checkpoint_id`` completed with ``offsets``.
+
+    For coordinators (and tests) on a local/mounted ``checkpoint.storage``; other storages write
+    the same JSON through their state backend's atomic ``put``. Never moves backwards.
+    """
+    path = _local_path(storage)
+    if path is None:
+        raise BarrierKafkaError(f"write_completed_offsets: use the state backend's put() for "
+                                f"'{storage.split('://')[0]}://' storage.")
+    current = read_completed_offsets(storage)
+    if current is not None and current["checkpoint_id"] >= checkpoint_id:
+        return
+    os.makedirs(path, exist_ok=True)
+    body = json.dumps(completed_offsets_json(checkpoint_id, timestamp_ms, offsets))
+    fd, tmp = tempfile.mkstemp(dir=path, prefix=".tmp-completed-")
+    with os.fdopen(fd, "w") as f:
+        f.write(body)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(path, COMPLETED_OFFSETS_FILE))
+
+
+def completed_offsets_json(checkpoint_id: int, timestamp_ms: int,
+                           offsets: Mapping[str, Mapping[Any, int]]) -> dict:
+    return {"checkpoint_id": int(checkpoint_id), "timestamp": int(timestamp_ms),
+            "offsets": {t: {str(p): int(o) for p, o in sorted(parts.items(), key=lambda x: int(x[0]))}
+                        for t, parts in sorted(offsets.items())}}
+
+
+def read_completed_offsets(storage: str) -> Optional[dict]:
+    """The coordinator's newest completed checkpoint, or None if none completed yet.
+
+    Local paths and ``file://`` are read directly; other URIs go through
+    ``state_backends.registry.backend_from_uri`` when that module is available.
+    """
+    path = _local_path(storage)
+    try:
+        if path is not None:
+            with open(os.path.join(path, COMPLETED_OFFSETS_FILE)) as f:
+                raw = f.read()
+        else:
+            raw = _read_via_backend(storage)
+            if raw is None:
+                return None
+    except FileNotFoundError:
+        return None
+    try:
+        data = json.loads(raw)
+        return {"checkpoint_id": int(data["checkpoint_id"]),
+                "timestamp": int(data.get("timestamp", 0)),
+                "offsets": {t: {int(p): int(o) for p, o in parts.items()}
+                            for t, parts in data["offsets"].items()}}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise BarrierKafkaError(f"Malformed {COMPLETED_OFFSETS_FILE} in checkpoint.storage: "
+                                f"{exc}") from exc
+
+
+def _read_via_backend(storage: str) -> Optional[str]:
+    try:
+        from state_backends import registry  # type: ignore
+    except ImportError as exc:
+        raise BarrierKafkaError(f"checkpoint.storage '{storage.split('://')[0]}://' needs the "
+                                "state_backends package") from exc
+    backend = registry.backend_from_uri(storage)
+    if not backend.exists(COMPLETED_OFFSETS_FILE):
+        return None
+    return backend.get(COMPLETED_OFFSETS_FILE).decode("utf-8")

@@ -1,0 +1,110 @@
+"""Machine-readable option specs shared by the source and the sinks (pure data, runs anywhere).
+
+Every component lists its options as ``OptionSpec`` values; the docs tables are generated from
+those lists (:func:`options_markdown`) and unknown options are rejected against them
+(:func:`check_known_options`) with the closest valid name in the message.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from typing import Iterable, List, Mapping, Optional, Sequence, Type
+
+from barrier_source.exceptions import InvalidOptionError
+
+#: Substrings of option names whose values are secrets: never in repr, logs or errors.
+SECRET_MARKERS = ("password", "secret", "jaas", "token", "credential", "access.key",
+                  "secret.key", "sasl.plain")
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|milli|millis|s|sec|secs|second|seconds|m|min|"
+                       r"mins|minute|minutes|h|hour|hours|d|day|days)?\s*$", re.IGNORECASE)
+_UNIT_MS = {"ms": 1, "milli": 1, "millis": 1, "s": 1000, "sec": 1000, "secs": 1000,
+            "second": 1000, "seconds": 1000, "m": 60_000, "min": 60_000, "mins": 60_000,
+            "minute": 60_000, "minutes": 60_000, "h": 3_600_000, "hour": 3_600_000,
+            "hours": 3_600_000, "d": 86_400_000, "day": 86_400_000, "days": 86_400_000}
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One option: its exact name, default (as the user would type it) and meaning.
+
+    ``is_prefix`` marks a family such as ``kafka.*`` (any name starting with ``name``).
+    ``is_secret`` marks values that must never be printed.
+    """
+
+    name: str
+    default: Optional[str]
+    meaning: str
+    is_secret: bool = False
+    is_prefix: bool = False
+    is_required: bool = False
+
+    def matches(self, key: str) -> bool:
+        """Case-insensitive (Spark lower-cases option names)."""
+        key, name = key.lower(), self.name.lower()
+        return key.startswith(name) if self.is_prefix else key == name
+
+
+def is_secret_key(key: str) -> bool:
+    """True when the value of option ``key`` must not be printed (passwords, JAAS configs...)."""
+    lowered = key.lower()
+    return any(marker in lowered for marker in SECRET_MARKERS)
+
+
+def redact(options: Mapping[str, object]) -> dict:
+    """Copy of ``options`` with secret values replaced by ``'***'`` (safe to log)."""
+    return {k: ("***" if is_secret_key(k) else v) for k, v in options.items()}
+
+
+def closest_name(key: str, specs: Iterable[OptionSpec]) -> Optional[str]:
+    """The valid option name most similar to ``key`` (case-insensitive), or None."""
+    names = [s.name + ("<name>" if s.is_prefix else "") for s in specs]
+    lowered = {n.lower(): n for n in names}
+    for n_low, n in lowered.items():
+        if key.lower() == n_low:
+            return n
+    match = difflib.get_close_matches(key.lower(), list(lowered), n=1, cutoff=0.6)
+    return lowered[match[0]] if match else None
+
+
+def check_known_options(options: Mapping[str, object], specs: Sequence[OptionSpec],
+                        component: str, ignore: Iterable[str] = (),
+                        error: Type[Exception] = InvalidOptionError) -> None:
+    """Raise ``error`` naming the first option not covered by ``specs`` and the closest valid one.
+
+    ``ignore`` lists names Spark itself adds (e.g. ``path``, ``checkpointLocation``).
+    """
+    ignored = {i.lower() for i in ignore}
+    for key in options:
+        if key.lower() in ignored or any(s.matches(key) for s in specs):
+            continue
+        hint = closest_name(key, specs)
+        suggestion = f" Did you mean '{hint}'?" if hint else ""
+        raise error(f"Unknown {component} option '{key}'.{suggestion} "
+                    f"Valid options: {', '.join(s.name + ('*' if s.is_prefix else '') for s in specs)}.")
+
+
+def parse_duration_ms(name: str, value: str, error: Type[Exception] = InvalidOptionError) -> int:
+    """Parse ``"500"`` (ms), ``"10s"``, ``"5 min"``, ``"15m"``, ``"1h"`` into milliseconds."""
+    m = _DURATION.match(str(value))
+    if not m:
+        raise error(f"Option '{name}' must be a duration such as '500' (ms), '10s', '5 min' or "
+                    f"'1h'; got '{value}'.")
+    number, unit = float(m.group(1)), (m.group(2) or "ms").lower()
+    return int(number * _UNIT_MS[unit])
+
+
+def options_markdown(specs: Sequence[OptionSpec]) -> str:
+    """A Markdown table (name | default | meaning) for the docs."""
+    rows = ["| Option | Default | Meaning |", "|---|---|---|"]
+    for s in specs:
+        name = f"`{s.name}*`" if s.is_prefix else f"`{s.name}`"
+        default = "(required)" if s.is_required else ("" if s.default is None else f"`{s.default}`")
+        rows.append(f"| {name} | {default} | {s.meaning.replace('|', '/')} |")
+    return "\n".join(rows)
+
+
+def spec_names(specs: Sequence[OptionSpec]) -> List[str]:
+    return [s.name for s in specs]

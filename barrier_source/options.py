@@ -1,0 +1,456 @@
+"""Options of ``spark.readStream.format("barrier-kafka")``, parsed once into a frozen dataclass.
+
+Names follow Spark's Kafka source exactly (``kafka.*``, ``subscribe``, ``startingOffsets``, ...)
+and Flink's checkpoint configuration (``execution.checkpointing.*``). Runs on the driver (in the
+user's process for ``schema()`` and in the JVM-spawned planner worker for the reader); the parsed
+options travel pickled to executors.
+
+Spark lower-cases option names before the data source sees them, so every lookup here is
+case-insensitive; messages use the canonical spelling from :data:`SOURCE_OPTIONS`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from barrier_source.exceptions import InvalidOptionError
+from barrier_source.option_spec import (OptionSpec, check_known_options, is_secret_key,
+                                        parse_duration_ms)
+
+logger = logging.getLogger(__name__)
+
+PLACEMENT_END = "end"
+PLACEMENT_TIMESTAMP = "timestamp"
+
+SOURCE_OPTIONS = [
+    OptionSpec("kafka.bootstrap.servers", None, "Kafka brokers, 'host:port[,host:port]'.",
+               is_required=True),
+    OptionSpec("kafka.", None, "Any Kafka client setting, passed to kafka-python with its name "
+               "translated ('kafka.security.protocol' -> security_protocol; "
+               "'kafka.sasl.jaas.config' -> sasl_plain_username/password; "
+               "'kafka.ssl.truststore.location' (PEM) -> ssl_cafile). Settings kafka-python "
+               "does not know are logged and ignored. As in Spark, kafka.auto.offset.reset, "
+               "kafka.enable.auto.commit, kafka.key/value.deserializer and "
+               "kafka.interceptor.classes are rejected.", is_prefix=True),
+    OptionSpec("subscribe", None, "Comma-separated topics to read (one of subscribe, "
+               "subscribePattern, assign)."),
+    OptionSpec("subscribePattern", None, "Java-style regex of topics to read; new matching topics "
+               "are picked up."),
+    OptionSpec("assign", None, "JSON {\"topic\":[0,1]}: exact partitions to read."),
+    OptionSpec("startingOffsets", "latest", "'earliest', 'latest', 'group' (the consumer "
+               "group's committed offsets, see groupOffsetsFallback) or JSON "
+               "{\"topic\":{\"0\":23,\"1\":-2}} (-2 earliest, -1 latest). Only for a new query; "
+               "a restart resumes from Spark's checkpoint."),
+    OptionSpec("startingOffsetsByTimestamp", None, "JSON {\"topic\":{\"0\":1700000000000}}: "
+               "start each partition at the first offset whose timestamp >= the value (ms). "
+               "Takes precedence over startingOffsets."),
+    OptionSpec("startingTimestamp", None, "One timestamp (ms) for every partition; takes "
+               "precedence over startingOffsetsByTimestamp and startingOffsets."),
+    OptionSpec("startingOffsetsByTimestampStrategy", "error", "When no offset matches the "
+               "timestamp: 'error' fails the query, 'latest' starts at the latest offset."),
+    OptionSpec("groupOffsetsFallback", "earliest", "startingOffsets=group: where a partition "
+               "without a committed offset starts: 'earliest', 'latest' or 'none' (fail)."),
+    OptionSpec("maxOffsetsPerTrigger", None, "Upper bound of records per micro-batch, split over "
+               "partitions in proportion to their backlog (PySpark ReadMaxRows)."),
+    OptionSpec("minOffsetsPerTrigger", None, "Lower bound of records per micro-batch: smaller "
+               "backlogs wait, but at most maxTriggerDelay (ignored with Trigger.AvailableNow)."),
+    OptionSpec("maxTriggerDelay", "15m", "Longest wait for minOffsetsPerTrigger ('15m', '30s')."),
+    OptionSpec("failOnDataLoss", "true", "Fail when offsets are gone (retention, deleted topic "
+               "or partition); false logs a warning and skips the gap."),
+    OptionSpec("includeHeaders", "false", "Add the 'headers' column."),
+    OptionSpec("kafka.group.id", None, "Consumer group that receives the offsets of completed "
+               "checkpoints (and is read by startingOffsets=group). Default: "
+               "'<groupIdPrefix>-<12 hex of sha1(bootstrap servers|subscription)>'."),
+    OptionSpec("groupIdPrefix", "barrier-kafka", "Prefix of the derived group id."),
+    OptionSpec("kafkaConsumer.pollTimeoutMs", "120000", "Executor: longest wait (ms) for a "
+               "fetch that should return records."),
+    OptionSpec("fetchOffset.numRetries", "3", "Driver: retries of an offset lookup."),
+    OptionSpec("fetchOffset.retryIntervalMs", "1000", "Driver: wait between those retries (ms)."),
+    OptionSpec("execution.checkpointing.interval", "0", "Trigger a checkpoint when at least this "
+               "long (ms or '10s') passed since the previous trigger; 0 = not by time."),
+    OptionSpec("execution.checkpointing.interval-batches", "1 if interval unset, else 0",
+               "Trigger a checkpoint every N micro-batches with data; 0 = not by count. "
+               "Both 0 = checkpoints off (no barrier rows)."),
+    OptionSpec("execution.checkpointing.min-pause", "0", "Minimum time (ms or '5s') between the "
+               "trigger of one checkpoint and the next."),
+    OptionSpec("execution.checkpointing.max-concurrent-checkpoints", "1", "Triggered but not yet "
+               "completed checkpoints allowed at once; a due trigger waits."),
+    OptionSpec("execution.checkpointing.barrier-placement", PLACEMENT_END, "'end': barrier n at "
+               "the end of every partition's range of the batch that triggers n. 'timestamp': a "
+               "consistent cut: per partition before the first record with timestamp >= the "
+               "trigger time (it may fall mid-batch, or in a later batch for a partition held "
+               "back by maxOffsetsPerTrigger)."),
+    OptionSpec("checkpoint.storage", None, "Set when a coordinator (2PC sink) completes "
+               "checkpoints: the same state-backend path as the sink's. The source then commits "
+               "group offsets from '<checkpoint.storage>/_completed_offsets.json' and counts "
+               "concurrent checkpoints against it. Unset: source-only mode, a checkpoint is "
+               "complete once Spark durably finished the batch carrying its last barrier."),
+    OptionSpec("commit.offsets.on.checkpoint", "true", "Commit a completed checkpoint's offsets "
+               "to the consumer group (Flink's KafkaSource option)."),
+]
+
+# Java client settings Spark's Kafka source refuses, with Spark's reason.
+_FORBIDDEN_KAFKA = {
+    "kafka.auto.offset.reset": "use startingOffsets instead",
+    "kafka.enable.auto.commit": "offsets are committed on checkpoint completion",
+    "kafka.key.deserializer": "keys are always read as bytes",
+    "kafka.value.deserializer": "values are always read as bytes",
+    "kafka.interceptor.classes": "interceptors are not supported",
+}
+_STREAM_ONLY_FORBIDDEN = {
+    "endingoffsets": "endingOffsets is for batch queries; it is not valid for a stream",
+    "endingoffsetsbytimestamp": "endingOffsetsByTimestamp is for batch queries; it is not "
+                                "valid for a stream",
+    "endingtimestamp": "endingTimestamp is for batch queries; it is not valid for a stream",
+}
+# Java name (after 'kafka.') -> kafka-python name where the generic rule ('.' -> '_') is wrong.
+_KAFKA_RENAMES = {
+    "ssl.key.password": "ssl_password",
+    "ssl.keystore.password": "ssl_password",
+    "ssl.truststore.location": "ssl_cafile",
+    "ssl.keystore.location": "ssl_certfile",
+    "ssl.key.location": "ssl_keyfile",
+}
+# Handled by the source itself, not passed to the client.
+_KAFKA_OWN = {"kafka.bootstrap.servers", "kafka.group.id"}
+
+
+def _canonical(options: Mapping[str, Any]) -> Dict[str, str]:
+    """Option dict keyed by lower-cased name (Spark lower-cases them anyway)."""
+    return {str(k).lower(): ("" if v is None else str(v)) for k, v in options.items()}
+
+
+def _bool(o: Dict[str, str], name: str, default: bool) -> bool:
+    raw = o.get(name.lower())
+    if raw is None:
+        return default
+    if raw.strip().lower() in ("true", "false"):
+        return raw.strip().lower() == "true"
+    raise InvalidOptionError(f"Option '{name}' must be 'true' or 'false'; got '{raw}'.")
+
+
+def _int(o: Dict[str, str], name: str, default: Optional[int], minimum: int = 0) -> Optional[int]:
+    raw = o.get(name.lower())
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise InvalidOptionError(f"Option '{name}' must be an integer; got '{raw}'.") from None
+    if value < minimum:
+        raise InvalidOptionError(f"Option '{name}' must be >= {minimum}; got {value}.")
+    return value
+
+
+def _json(o: Dict[str, str], name: str) -> Any:
+    raw = o.get(name.lower())
+    try:
+        return json.loads(raw)
+    except (TypeError, ValueError) as exc:
+        raise InvalidOptionError(f"Option '{name}' is not valid JSON ({exc}); got '{raw}'.") from None
+
+
+def _partition_map(o: Dict[str, str], name: str, example: str) -> Dict[str, Dict[int, int]]:
+    """Parse ``{"topic": {"0": n, ...}}`` into ``{topic: {partition: n}}``."""
+    value = _json(o, name)
+    if not isinstance(value, dict) or not value:
+        raise InvalidOptionError(f"Option '{name}' must be a JSON object like {example}.")
+    out: Dict[str, Dict[int, int]] = {}
+    for topic, parts in value.items():
+        if not isinstance(parts, dict):
+            raise InvalidOptionError(f"Option '{name}': topic '{topic}' must map partitions to "
+                                     f"numbers, like {example}.")
+        out[topic] = {}
+        for p, n in parts.items():
+            try:
+                out[topic][int(p)] = int(n)
+            except (TypeError, ValueError):
+                raise InvalidOptionError(f"Option '{name}': '{topic}' partition '{p}' -> '{n}' "
+                                         f"is not an integer pair, like {example}.") from None
+    return out
+
+
+def _parse_jaas(value: str) -> Dict[str, str]:
+    found = dict(re.findall(r'(username|password)\s*=\s*"([^"]*)"', value))
+    out = {}
+    if "username" in found:
+        out["sasl_plain_username"] = found["username"]
+    if "password" in found:
+        out["sasl_plain_password"] = found["password"]
+    if not out:
+        raise InvalidOptionError("Option 'kafka.sasl.jaas.config' has no username=\"...\" / "
+                                 "password=\"...\" (value not shown: it is a secret).")
+    return out
+
+
+def translate_kafka_options(options: Mapping[str, Any]) -> Dict[str, Any]:
+    """Spark-style ``kafka.*`` options -> kafka-python keyword arguments (shared with the sink).
+
+    ``kafka.bootstrap.servers`` becomes ``bootstrap_servers`` (a list); ``kafka.group.id`` is
+    left out (callers decide about groups). Unknown Java-only settings are logged (names only)
+    and dropped. Values are converted to the type of kafka-python's default.
+    """
+    from kafka import KafkaConsumer
+    from kafka.admin import KafkaAdminClient
+
+    known = dict(KafkaAdminClient.DEFAULT_CONFIG)
+    known.update(KafkaConsumer.DEFAULT_CONFIG)
+    out: Dict[str, Any] = {}
+    o = _canonical(options)
+    if "kafka.bootstrap.servers" in o:
+        out["bootstrap_servers"] = [s.strip() for s in o["kafka.bootstrap.servers"].split(",")
+                                    if s.strip()]
+    for key, raw in o.items():
+        if not key.startswith("kafka.") or key in _KAFKA_OWN:
+            continue
+        if key in _FORBIDDEN_KAFKA:
+            raise InvalidOptionError(f"Option '{key}' is not supported: {_FORBIDDEN_KAFKA[key]}.")
+        java = key[len("kafka."):]
+        if java == "sasl.jaas.config":
+            out.update(_parse_jaas(raw))
+            continue
+        if java == "ssl.endpoint.identification.algorithm":
+            out["ssl_check_hostname"] = raw.strip().lower() == "https"
+            continue
+        if java in ("ssl.truststore.location", "ssl.keystore.location") and \
+                raw.lower().endswith((".jks", ".p12", ".pfx")):
+            raise InvalidOptionError(f"Option '{key}': kafka-python needs PEM files, not a Java "
+                                     "key store; convert it and pass the .pem path.")
+        name = _KAFKA_RENAMES.get(java, java.replace(".", "_"))
+        if name not in known:
+            logger.warning("barrier-kafka: Kafka setting '%s' is not known to kafka-python; "
+                           "ignored", key)
+            continue
+        default = known[name]
+        value: Any = raw
+        if isinstance(default, bool):
+            value = raw.strip().lower() == "true"
+        elif isinstance(default, int):
+            try:
+                value = int(raw)
+            except ValueError:
+                raise InvalidOptionError(f"Option '{key}' must be an integer; got "
+                                         f"'{'***' if is_secret_key(key) else raw}'.") from None
+        out[name] = value
+    return out
+
+
+def client_config(kafka_config: Mapping[str, Any], client: str) -> Dict[str, Any]:
+    """The subset of ``kafka_config`` that ``client`` ('consumer' or 'admin') accepts."""
+    if client == "admin":
+        from kafka.admin import KafkaAdminClient
+        allowed = KafkaAdminClient.DEFAULT_CONFIG
+    else:
+        from kafka import KafkaConsumer
+        allowed = KafkaConsumer.DEFAULT_CONFIG
+    return {k: v for k, v in kafka_config.items() if k in allowed}
+
+
+@dataclass(frozen=True)
+class StartingOffsets:
+    """Where a new query starts. ``kind``: earliest | latest | group | offsets | timestamp."""
+
+    kind: str
+    offsets: Optional[Dict[str, Dict[int, int]]] = None   # kind == offsets (-2 / -1 allowed)
+    timestamps: Optional[Dict[str, Dict[int, int]]] = None  # kind == timestamp (per partition)
+    timestamp_ms: Optional[int] = None                       # kind == timestamp (global)
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Every option of the barrier-kafka source, validated. Picklable; secrets hidden in repr."""
+
+    bootstrap_servers: str
+    subscribe: Optional[Tuple[str, ...]]
+    subscribe_pattern: Optional[str]
+    assign: Optional[Dict[str, Tuple[int, ...]]]
+    starting: StartingOffsets
+    starting_by_timestamp_strategy: str
+    group_offsets_fallback: str
+    max_offsets_per_trigger: Optional[int]
+    min_offsets_per_trigger: Optional[int]
+    max_trigger_delay_ms: int
+    fail_on_data_loss: bool
+    include_headers: bool
+    group_id: str
+    is_group_id_derived: bool
+    poll_timeout_ms: int
+    fetch_offset_num_retries: int
+    fetch_offset_retry_interval_ms: int
+    checkpoint_interval_ms: int
+    checkpoint_interval_batches: int
+    checkpoint_min_pause_ms: int
+    max_concurrent_checkpoints: int
+    barrier_placement: str
+    checkpoint_storage: Optional[str]
+    commit_offsets_on_checkpoint: bool
+    kafka_config: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def are_checkpoints_enabled(self) -> bool:
+        return self.checkpoint_interval_ms > 0 or self.checkpoint_interval_batches > 0
+
+    @property
+    def subscription_description(self) -> str:
+        return _describe_subscription(self.subscribe, self.subscribe_pattern, self.assign)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> "SourceOptions":
+        """Validate ``options`` (Spark's reader options) and return them parsed.
+
+        Raises
+        ------
+        InvalidOptionError
+            Unknown, malformed or conflicting options; the message names the option (never a
+            secret value) and, for a misspelling, the closest valid name.
+        """
+        o = _canonical(options)
+        for key, why in _STREAM_ONLY_FORBIDDEN.items():
+            if key in o:
+                raise InvalidOptionError(f"Option '{key}': {why}.")
+        check_known_options(o, SOURCE_OPTIONS, "barrier-kafka source", ignore=("path",))
+        bootstrap = o.get("kafka.bootstrap.servers", "").strip()
+        if not bootstrap:
+            raise InvalidOptionError("Option 'kafka.bootstrap.servers' is required "
+                                     "(e.g. 'host:9092').")
+
+        chosen = [n for n in ("subscribe", "subscribePattern", "assign") if n.lower() in o]
+        if len(chosen) != 1:
+            raise InvalidOptionError(
+                "Exactly one of the options 'subscribe', 'subscribePattern' or 'assign' must be "
+                f"set; got {chosen or 'none'}.")
+        subscribe = pattern = assign = None
+        if "subscribe" in o:
+            subscribe = tuple(t.strip() for t in o["subscribe"].split(",") if t.strip())
+            if not subscribe:
+                raise InvalidOptionError("Option 'subscribe' names no topic.")
+        elif "subscribepattern" in o:
+            pattern = o["subscribepattern"].strip()
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise InvalidOptionError(f"Option 'subscribePattern' is not a valid regex: "
+                                         f"{exc}.") from None
+            if not pattern:
+                raise InvalidOptionError("Option 'subscribePattern' is empty.")
+        else:
+            raw = _json(o, "assign")
+            example = '{"topic":[0,1]}'
+            if not isinstance(raw, dict) or not raw or not all(
+                    isinstance(v, list) and v and all(isinstance(p, int) for p in v)
+                    for v in raw.values()):
+                raise InvalidOptionError(f"Option 'assign' must be JSON like {example}; "
+                                         f"got '{o['assign']}'.")
+            assign = {t: tuple(sorted(set(ps))) for t, ps in raw.items()}
+
+        starting = cls._parse_starting(o, subscribe, assign)
+        strategy = o.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+        if strategy not in ("error", "latest"):
+            raise InvalidOptionError("Option 'startingOffsetsByTimestampStrategy' must be "
+                                     f"'error' or 'latest'; got '{strategy}'.")
+        fallback = o.get("groupoffsetsfallback", "earliest").strip().lower()
+        if fallback not in ("earliest", "latest", "none"):
+            raise InvalidOptionError("Option 'groupOffsetsFallback' must be 'earliest', "
+                                     f"'latest' or 'none'; got '{fallback}'.")
+
+        max_rows = _int(o, "maxOffsetsPerTrigger", None, minimum=1)
+        min_rows = _int(o, "minOffsetsPerTrigger", None, minimum=1)
+        if max_rows is not None and min_rows is not None and min_rows > max_rows:
+            raise InvalidOptionError(f"Option 'minOffsetsPerTrigger' ({min_rows}) must not exceed "
+                                     f"'maxOffsetsPerTrigger' ({max_rows}).")
+        delay_ms = parse_duration_ms("maxTriggerDelay", o.get("maxtriggerdelay", "15m"))
+
+        interval_ms = parse_duration_ms("execution.checkpointing.interval",
+                                        o.get("execution.checkpointing.interval", "0"))
+        batches_default = 1 if "execution.checkpointing.interval" not in o else 0
+        interval_batches = _int(o, "execution.checkpointing.interval-batches", batches_default)
+        placement = o.get("execution.checkpointing.barrier-placement", PLACEMENT_END)
+        placement = placement.strip().lower()
+        if placement not in (PLACEMENT_END, PLACEMENT_TIMESTAMP):
+            raise InvalidOptionError("Option 'execution.checkpointing.barrier-placement' must be "
+                                     f"'end' or 'timestamp'; got '{placement}'.")
+        storage = o.get("checkpoint.storage", "").strip() or None
+
+        prefix = o.get("groupidprefix", "barrier-kafka").strip() or "barrier-kafka"
+        group_id = o.get("kafka.group.id", "").strip()
+        derived = not group_id
+        if derived:
+            described = _describe_subscription(subscribe, pattern, assign)
+            digest = hashlib.sha1(f"{bootstrap}|{described}".encode())
+            group_id = f"{prefix}-{digest.hexdigest()[:12]}"
+
+        return cls(
+            bootstrap_servers=bootstrap, subscribe=subscribe, subscribe_pattern=pattern,
+            assign=assign, starting=starting, starting_by_timestamp_strategy=strategy,
+            group_offsets_fallback=fallback, max_offsets_per_trigger=max_rows,
+            min_offsets_per_trigger=min_rows, max_trigger_delay_ms=delay_ms,
+            fail_on_data_loss=_bool(o, "failOnDataLoss", True),
+            include_headers=_bool(o, "includeHeaders", False),
+            group_id=group_id, is_group_id_derived=derived,
+            poll_timeout_ms=_int(o, "kafkaConsumer.pollTimeoutMs", 120000, minimum=1),
+            fetch_offset_num_retries=_int(o, "fetchOffset.numRetries", 3),
+            fetch_offset_retry_interval_ms=_int(o, "fetchOffset.retryIntervalMs", 1000),
+            checkpoint_interval_ms=interval_ms, checkpoint_interval_batches=interval_batches,
+            checkpoint_min_pause_ms=parse_duration_ms(
+                "execution.checkpointing.min-pause",
+                o.get("execution.checkpointing.min-pause", "0")),
+            max_concurrent_checkpoints=_int(
+                o, "execution.checkpointing.max-concurrent-checkpoints", 1, minimum=1),
+            barrier_placement=placement, checkpoint_storage=storage,
+            commit_offsets_on_checkpoint=_bool(o, "commit.offsets.on.checkpoint", True),
+            kafka_config=translate_kafka_options(o),
+        )
+
+    @staticmethod
+    def _parse_starting(o: Dict[str, str], subscribe, assign) -> StartingOffsets:
+        # Spark's precedence: startingTimestamp > startingOffsetsByTimestamp > startingOffsets.
+        if "startingtimestamp" in o:
+            ts = _int(o, "startingTimestamp", None)
+            return StartingOffsets("timestamp", timestamp_ms=ts)
+        if "startingoffsetsbytimestamp" in o:
+            ts_map = _partition_map(o, "startingOffsetsByTimestamp",
+                                    '{"topic":{"0":1700000000000}}')
+            _check_topics("startingOffsetsByTimestamp", ts_map, subscribe, assign)
+            return StartingOffsets("timestamp", timestamps=ts_map)
+        raw = o.get("startingoffsets", "latest").strip()
+        if raw.lower() in ("earliest", "latest", "group"):
+            return StartingOffsets(raw.lower())
+        if not raw.startswith("{"):
+            raise InvalidOptionError("Option 'startingOffsets' must be 'earliest', 'latest', "
+                                     "'group' or JSON like {\"topic\":{\"0\":23,\"1\":-2}}; got "
+                                     f"'{raw}'.")
+        offsets = _partition_map(o, "startingOffsets", '{"topic":{"0":23,"1":-2}}')
+        for topic, parts in offsets.items():
+            for p, n in parts.items():
+                if n < -2:
+                    raise InvalidOptionError(f"Option 'startingOffsets': {topic} partition {p} "
+                                             f"offset {n} is invalid (use >= 0, -2 earliest or "
+                                             "-1 latest).")
+        _check_topics("startingOffsets", offsets, subscribe, assign)
+        return StartingOffsets("offsets", offsets=offsets)
+
+
+def _describe_subscription(subscribe, pattern, assign) -> str:
+    if subscribe:
+        return "subscribe=" + ",".join(subscribe)
+    if pattern:
+        return "subscribePattern=" + pattern
+    return "assign=" + json.dumps({t: list(p) for t, p in (assign or {}).items()}, sort_keys=True)
+
+
+def _check_topics(name: str, given: Dict[str, Dict[int, int]], subscribe, assign) -> None:
+    if subscribe is not None:
+        extra = sorted(set(given) - set(subscribe))
+        if extra:
+            raise InvalidOptionError(f"Option '{name}' names topics {extra} that 'subscribe' "
+                                     f"does not ({list(subscribe)}).")
+    if assign is not None:
+        for topic, parts in given.items():
+            if topic not in assign or not set(parts) <= set(assign[topic]):
+                raise InvalidOptionError(f"Option '{name}' names partitions of '{topic}' that "
+                                         "'assign' does not.")

@@ -1,0 +1,470 @@
+"""``BarrierKafkaStreamReader``: Spark's Kafka source semantics plus checkpoint barriers.
+
+Where things run (PySpark 4.3, see DESIGN.md):
+
+* ``initialOffset``, ``latestOffset``, ``getDefaultReadLimit``, ``reportLatestOffset``,
+  ``partitions`` and ``commit`` run on the driver in one long-lived Python worker spawned by the
+  JVM. They talk to Kafka through one lazily created ``KafkaAdminClient``.
+* ``read`` runs on executors on a pickled copy of the reader (the admin client is not pickled).
+
+Per batch N Spark calls ``latestOffset(end of N-1)`` (only after batch N-1 committed, so that
+offset is durably processed), writes the returned end offset to ``offsets/N``, calls
+``commit(end of N-1)``, then ``partitions``/``read``. The checkpoint decision lives in the end
+offset (see :mod:`barrier_source.offsets`), so a replay re-injects identical barriers.
+
+Group offsets (notifyCheckpointComplete): in a source-only pipeline, the checkpoint sealed in a
+durably processed offset is complete; it is committed from ``commit(end)`` and from
+``latestOffset(start)`` (Spark keeps calling the latter while idle, so the last checkpoint is
+committed even when no further batch runs). With ``checkpoint.storage`` set, the coordinator
+decides completion and the source commits what ``_completed_offsets.json`` says.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
+                                              ReadMinRows, SupportsTriggerAvailableNow)
+
+from barrier_source.exceptions import (BarrierKafkaError, InvalidOptionError, MissingTopicError,
+                                       OffsetOutOfRangeError)
+from barrier_source.offsets import (PartitionOffsets, SourceOffset, offset_of, offsets_to_json,
+                                    sorted_channels, split_channel)
+from barrier_source.options import PLACEMENT_TIMESTAMP, SourceOptions, client_config
+from barrier_source.planner import count_rows, plan_end_offset, rate_limit
+from barrier_source.trigger import CheckpointTrigger, TriggerDecision, TriggerState
+
+logger = logging.getLogger(__name__)
+
+
+class KafkaRangePartition(InputPartition):
+    """One Kafka partition's records ``[from_offset, until_offset)`` plus the barriers to emit in
+    it. Picklable; created on the driver by ``partitions``.
+
+    ``barriers``: ``(checkpoint_id, timestamp_ms, position, channels)`` emitted in this range.
+    ``epochs``: ``(position, checkpoint_id)`` of every barrier at or after this range on this
+    channel (emitted here or owed later), sorted; a record's epoch is the first id whose
+    position is greater than its offset, else ``next_checkpoint_id``.
+    """
+
+    def __init__(self, topic: str, partition: int, from_offset: int, until_offset: int,
+                 barriers: Tuple, epochs: Tuple, next_checkpoint_id: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.from_offset = from_offset
+        self.until_offset = until_offset
+        self.barriers = barriers
+        self.epochs = epochs
+        self.next_checkpoint_id = next_checkpoint_id
+
+    def __repr__(self) -> str:
+        return (f"KafkaRangePartition({self.topic}:{self.partition} "
+                f"[{self.from_offset}, {self.until_offset}) barriers={len(self.barriers)})")
+
+
+class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Stream reader of ``format("barrier-kafka")``. See the module docstring."""
+
+    def __init__(self, options, schema) -> None:
+        self.opts = SourceOptions.from_options(options)
+        self.schema = schema
+        self._trigger = CheckpointTrigger(self.opts.checkpoint_interval_ms,
+                                          self.opts.checkpoint_interval_batches,
+                                          self.opts.checkpoint_min_pause_ms,
+                                          self.opts.max_concurrent_checkpoints)
+        self._admin = None
+        self._committed_id = 0
+        self._last_batch_ms = _now_ms()
+        self._available_now: Optional[PartitionOffsets] = None
+        self._latest: Optional[PartitionOffsets] = None
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_admin"] = None
+        return state
+
+    # ------------------------------------------------------------------ Kafka look-ups (driver)
+    def _admin_client(self):
+        if self._admin is None:
+            from kafka.admin import KafkaAdminClient
+            self._admin = KafkaAdminClient(**client_config(self.opts.kafka_config, "admin"))
+        return self._admin
+
+    def _retry(self, call, what: str):
+        attempts = self.opts.fetch_offset_num_retries + 1
+        for attempt in range(attempts):
+            try:
+                return call()
+            except BarrierKafkaError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - kafka-python raises many types
+                if attempt + 1 == attempts:
+                    raise BarrierKafkaError(f"{what} failed after {attempts} attempts: "
+                                            f"{type(exc).__name__}: {exc}") from exc
+                logger.warning("barrier-kafka: %s failed (%s); retrying", what, exc)
+                time.sleep(self.opts.fetch_offset_retry_interval_ms / 1000)
+
+    def _topic_partitions(self, strict: bool) -> Dict[str, List[int]]:
+        """Current partitions of the subscription. ``strict``: a missing topic is an error."""
+        admin = self._admin_client()
+        o = self.opts
+        if o.subscribe_pattern is not None:
+            pattern = re.compile(o.subscribe_pattern)
+            topics = [t for t in self._retry(admin.list_topics, "Listing topics")
+                      if pattern.fullmatch(t) and not t.startswith("__")]
+            option = "subscribePattern"
+        elif o.subscribe is not None:
+            topics, option = list(o.subscribe), "subscribe"
+        else:
+            topics, option = list(o.assign), "assign"
+        if not topics:
+            return {}
+        described = self._retry(lambda: admin.describe_topics(sorted(topics)), "Describing topics")
+        out: Dict[str, List[int]] = {}
+        for d in described:
+            name = d["name"]
+            if d["error_code"] == 3 or not d["partitions"]:
+                if strict or o.fail_on_data_loss:
+                    raise MissingTopicError(f"Topic '{name}' named by option '{option}' does not "
+                                            "exist.")
+                logger.warning("barrier-kafka: topic %s does not exist (failOnDataLoss=false)",
+                               name)
+                continue
+            if d["error_code"] != 0:
+                raise BarrierKafkaError(f"Describing topic '{name}' failed with Kafka error code "
+                                        f"{d['error_code']}.")
+            parts = sorted(p["partition_index"] for p in d["partitions"])
+            if o.assign is not None:
+                missing = sorted(set(o.assign[name]) - set(parts))
+                if missing:
+                    raise MissingTopicError(f"Option 'assign' names partitions {missing} of "
+                                            f"'{name}', which has only {len(parts)}.")
+                parts = list(o.assign[name])
+            out[name] = parts
+        return out
+
+    def _list_offsets(self, parts: Dict[str, List[int]], spec) -> PartitionOffsets:
+        """spec: 'earliest' | 'latest' | {(topic, partition): timestamp_ms}."""
+        from kafka import TopicPartition
+        from kafka.admin import OffsetSpec
+        from kafka.protocol.consumer import IsolationLevel
+
+        if spec == "earliest":
+            req = {TopicPartition(t, p): OffsetSpec.EARLIEST for t in parts for p in parts[t]}
+        elif spec == "latest":
+            req = {TopicPartition(t, p): OffsetSpec.LATEST for t in parts for p in parts[t]}
+        else:
+            req = {TopicPartition(t, p): int(spec[(t, p)]) for t in parts for p in parts[t]}
+        if not req:
+            return {}
+        level = IsolationLevel.READ_COMMITTED if str(self.opts.kafka_config.get(
+            "isolation_level", "")).lower() == "read_committed" else IsolationLevel.READ_UNCOMMITTED
+        res = self._retry(lambda: self._admin_client().list_partition_offsets(
+            req, isolation_level=level), "Listing offsets")
+        out: PartitionOffsets = {}
+        for tp, ot in res.items():
+            out.setdefault(tp.topic, {})[tp.partition] = int(ot.offset)
+        return out
+
+    # ------------------------------------------------------------------ Spark API (driver)
+    def initialOffset(self) -> dict:
+        """Resolve the starting offsets of a new query (startingOffsets & co.)."""
+        parts = self._topic_partitions(strict=True)
+        starting = self.opts.starting
+        earliest = self._list_offsets(parts, "earliest")
+        latest = self._list_offsets(parts, "latest")
+        if starting.kind == "earliest":
+            offsets = earliest
+        elif starting.kind == "latest":
+            offsets = latest
+        elif starting.kind == "offsets":
+            offsets = self._specific_offsets(parts, starting.offsets, earliest, latest)
+        elif starting.kind == "timestamp":
+            offsets = self._timestamp_offsets(parts, starting, latest)
+        else:
+            offsets = self._group_offsets(parts, earliest, latest)
+        logger.info("barrier-kafka: starting offsets %s", offsets_to_json(offsets))
+        return SourceOffset(offsets).to_json()
+
+    def _specific_offsets(self, parts, given, earliest, latest) -> PartitionOffsets:
+        missing = [f"{t}:{p}" for t in parts for p in parts[t] if p not in given.get(t, {})]
+        if missing:
+            raise InvalidOptionError(f"Option 'startingOffsets' must give an offset for every "
+                                     f"partition; missing {missing}.")
+        out: PartitionOffsets = {}
+        for t in parts:
+            for p in parts[t]:
+                n = given[t][p]
+                if n == -2:
+                    n = earliest[t][p]
+                elif n == -1:
+                    n = latest[t][p]
+                elif not earliest[t][p] <= n <= latest[t][p]:
+                    msg = (f"Option 'startingOffsets': {t}:{p} offset {n} is out of range "
+                           f"[{earliest[t][p]}, {latest[t][p]}].")
+                    if self.opts.fail_on_data_loss:
+                        raise OffsetOutOfRangeError(msg + " Set failOnDataLoss=false to clamp.")
+                    logger.warning("barrier-kafka: %s Clamped (failOnDataLoss=false).", msg)
+                    n = min(max(n, earliest[t][p]), latest[t][p])
+                out.setdefault(t, {})[p] = n
+        return out
+
+    def _timestamp_offsets(self, parts, starting, latest) -> PartitionOffsets:
+        if starting.timestamp_ms is not None:
+            stamps = {(t, p): starting.timestamp_ms for t in parts for p in parts[t]}
+            option = "startingTimestamp"
+        else:
+            option = "startingOffsetsByTimestamp"
+            missing = [f"{t}:{p}" for t in parts for p in parts[t]
+                       if p not in starting.timestamps.get(t, {})]
+            if missing:
+                raise InvalidOptionError(f"Option '{option}' must give a timestamp for every "
+                                         f"partition; missing {missing}.")
+            stamps = {(t, p): starting.timestamps[t][p] for t in parts for p in parts[t]}
+        found = self._list_offsets(parts, stamps)
+        out: PartitionOffsets = {}
+        for t in parts:
+            for p in parts[t]:
+                n = found[t][p]
+                if n < 0:
+                    if self.opts.starting_by_timestamp_strategy == "error":
+                        raise InvalidOptionError(
+                            f"Option '{option}': no record of {t}:{p} has a timestamp >= "
+                            f"{stamps[(t, p)]}. Set startingOffsetsByTimestampStrategy=latest to "
+                            "start at the latest offset instead.")
+                    n = latest[t][p]
+                out.setdefault(t, {})[p] = n
+        return out
+
+    def _group_offsets(self, parts, earliest, latest) -> PartitionOffsets:
+        from kafka import TopicPartition
+
+        group = self.opts.group_id
+        tps = [TopicPartition(t, p) for t in parts for p in parts[t]]
+        committed = self._retry(lambda: self._admin_client().list_group_offsets({group: tps}),
+                                f"Reading offsets of consumer group '{group}'").get(group, {})
+        out: PartitionOffsets = {}
+        for tp in tps:
+            t, p = tp.topic, tp.partition
+            meta = committed.get(tp)
+            n = -1 if meta is None else int(meta.offset)
+            if n < 0:
+                fallback = self.opts.group_offsets_fallback
+                if fallback == "none":
+                    raise InvalidOptionError(
+                        f"startingOffsets=group: consumer group '{group}' has no committed offset "
+                        f"for {t}:{p}; set groupOffsetsFallback=earliest|latest.")
+                n = earliest[t][p] if fallback == "earliest" else latest[t][p]
+            elif not earliest[t][p] <= n <= latest[t][p]:
+                msg = (f"startingOffsets=group: group '{group}' offset {n} of {t}:{p} is out of "
+                       f"range [{earliest[t][p]}, {latest[t][p]}].")
+                if self.opts.fail_on_data_loss:
+                    raise OffsetOutOfRangeError(msg + " Set failOnDataLoss=false to clamp.")
+                logger.warning("barrier-kafka: %s Clamped (failOnDataLoss=false).", msg)
+                n = min(max(n, earliest[t][p]), latest[t][p])
+            out.setdefault(t, {})[p] = n
+        return out
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        if self.opts.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.opts.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Trigger.AvailableNow: freeze the target at the offsets available now."""
+        parts = self._topic_partitions(strict=False)
+        self._available_now = self._list_offsets(parts, "latest")
+
+    def reportLatestOffset(self) -> Optional[dict]:
+        return None if self._latest is None else offsets_to_json(self._latest)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """Plan the next batch; see :func:`barrier_source.planner.plan_end_offset`."""
+        prev = SourceOffset.from_json(start)
+        self._commit_completed(prev)
+        now = _now_ms()  # before listing offsets: the timestamp cut needs latest >= trigger time
+        parts = self._topic_partitions(strict=False)
+        latest = self._list_offsets(parts, "latest")
+        starts, new_parts = self._resolve_starts(prev, parts)
+        latest = self._check_latest(starts, latest)
+        if self._available_now is not None:
+            target = self._available_now
+            latest = {t: {p: min(latest[t][p], target.get(t, {}).get(p, starts[t][p]))
+                          for p in latest[t]} for t in latest}
+        self._latest = latest
+        ends = latest
+        if not isinstance(limit, ReadAllAvailable):
+            max_rows = self.opts.max_offsets_per_trigger
+            if isinstance(limit, ReadMaxRows):
+                max_rows = limit.max_rows
+            ends = rate_limit(starts, latest, max_rows)
+            min_rows = self.opts.min_offsets_per_trigger
+            if isinstance(limit, ReadMinRows):
+                min_rows = limit.min_rows
+            if (min_rows is not None and self._available_now is None
+                    and count_rows(starts, latest) < min_rows
+                    and now - self._last_batch_ms < self.opts.max_trigger_delay_ms):
+                return start
+        if count_rows(starts, ends) == 0 and not self._owes_emittable(prev, ends):
+            return start  # nothing to read: Spark runs no batch for an unchanged offset
+        decision = self._trigger.decide(
+            TriggerState(prev.next_checkpoint_id, prev.last_trigger_ms,
+                         prev.batches_since_trigger), now, self._completed_id(prev))
+        if decision is not TriggerDecision.TRIGGER and decision is not TriggerDecision.DISABLED:
+            logger.debug("barrier-kafka: no checkpoint in this batch: %s", decision.value)
+        cut = None
+        if decision is TriggerDecision.TRIGGER and \
+                self.opts.barrier_placement == PLACEMENT_TIMESTAMP:
+            cut = self._timestamp_cut(parts, now, latest)
+        planned = plan_end_offset(prev, starts, ends, new_parts, decision, now,
+                                  self.opts.barrier_placement, cut)
+        self._last_batch_ms = now
+        return planned.to_json()
+
+    @staticmethod
+    def _owes_emittable(prev: SourceOffset, ends: PartitionOffsets) -> bool:
+        return any(offset_of(ends, c) is not None and b.positions[c] <= offset_of(ends, c)
+                   for b in prev.barriers for c in b.owed)
+
+    def _resolve_starts(self, prev: SourceOffset, parts) -> Tuple[PartitionOffsets,
+                                                                  PartitionOffsets]:
+        """Start of every current partition; new partitions start at earliest (as Spark)."""
+        known = prev.offsets
+        gone = [f"{t}:{p}" for t in known for p in known[t] if p not in parts.get(t, [])]
+        if gone:
+            msg = f"partitions {gone} disappeared (topic deleted or recreated)."
+            if self.opts.fail_on_data_loss:
+                raise OffsetOutOfRangeError(f"barrier-kafka: {msg} Set failOnDataLoss=false to "
+                                            "continue without them.")
+            logger.warning("barrier-kafka: %s Continuing (failOnDataLoss=false).", msg)
+        fresh = {t: [p for p in parts[t] if p not in known.get(t, {})] for t in parts}
+        fresh = {t: ps for t, ps in fresh.items() if ps}
+        new_parts = self._list_offsets(fresh, "earliest") if fresh else {}
+        if new_parts:
+            logger.info("barrier-kafka: new partitions %s start at earliest",
+                        offsets_to_json(new_parts))
+        starts = {t: {p: known.get(t, {}).get(p, new_parts.get(t, {}).get(p, 0))
+                      for p in parts[t]} for t in parts}
+        return starts, new_parts
+
+    def _check_latest(self, starts, latest) -> PartitionOffsets:
+        for t in latest:
+            for p in latest[t]:
+                if latest[t][p] < starts[t][p]:
+                    msg = (f"{t}:{p} log end {latest[t][p]} is before the processed offset "
+                           f"{starts[t][p]} (partition truncated or topic recreated).")
+                    if self.opts.fail_on_data_loss:
+                        raise OffsetOutOfRangeError(f"barrier-kafka: {msg} Set "
+                                                    "failOnDataLoss=false to skip.")
+                    logger.warning("barrier-kafka: %s (failOnDataLoss=false)", msg)
+        return latest
+
+    def _timestamp_cut(self, parts, now_ms: int, latest) -> Dict[str, int]:
+        """First offset per partition with timestamp >= now_ms, capped at the log end."""
+        found = self._list_offsets(parts, {(t, p): now_ms for t in parts for p in parts[t]})
+        cut = {}
+        for c in sorted_channels(latest):
+            t, p = split_channel(c)
+            n = found[t][p]
+            cut[c] = latest[t][p] if n < 0 else min(n, latest[t][p])
+        return cut
+
+    def _completed_id(self, prev: SourceOffset) -> int:
+        if self.opts.checkpoint_storage:
+            from barrier_source.group_commit import read_completed_offsets
+            done = read_completed_offsets(self.opts.checkpoint_storage)
+            return 0 if done is None else done["checkpoint_id"]
+        return prev.sealed_id
+
+    def _commit_completed(self, durable: SourceOffset) -> None:
+        """notifyCheckpointComplete: commit the newest completed checkpoint to the group."""
+        if not (self.opts.commit_offsets_on_checkpoint and self._trigger.is_enabled):
+            return
+        from barrier_source.group_commit import commit_group_offsets, read_completed_offsets
+
+        if self.opts.checkpoint_storage:
+            done = read_completed_offsets(self.opts.checkpoint_storage)
+            if done is None:
+                return
+            cid, offsets = done["checkpoint_id"], done["offsets"]
+        elif durable.sealed is not None:
+            cid, offsets = durable.sealed.checkpoint_id, durable.sealed.offsets
+        else:
+            return
+        if cid <= self._committed_id:
+            return
+        try:
+            commit_group_offsets(self.opts.kafka_config, self.opts.group_id, offsets, cid,
+                                 admin=self._admin_client())
+            self._committed_id = cid
+        except BarrierKafkaError as exc:
+            logger.warning("barrier-kafka: checkpoint %d: committing offsets to group %s "
+                           "failed; retrying on the next batch: %s", cid, self.opts.group_id, exc)
+
+    def commit(self, end: dict) -> None:
+        """Spark finished every batch up to ``end``: commit its sealed checkpoint."""
+        self._commit_completed(SourceOffset.from_json(end))
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        s, e = SourceOffset.from_json(start), SourceOffset.from_json(end)
+        out: List[InputPartition] = []
+        for c in sorted_channels(e.offsets):
+            t, p = split_channel(c)
+            until = offset_of(e.offsets, c)
+            begin = offset_of(s.offsets, c)
+            if begin is None:
+                begin = offset_of(e.new_partitions, c)
+            if begin is None:
+                begin = until
+            barriers = tuple((b.checkpoint_id, b.timestamp_ms, b.positions[c], b.channels)
+                             for b in e.barriers if c in b.emit)
+            epochs = tuple(sorted((b.positions[c], b.checkpoint_id) for b in e.barriers
+                                  if c in b.emit or c in b.owed))
+            if begin >= until and not barriers:
+                continue
+            out.append(KafkaRangePartition(t, p, begin, max(begin, until), barriers, epochs,
+                                           e.next_checkpoint_id))
+        return out
+
+    # ------------------------------------------------------------------ executors
+    def read(self, partition: KafkaRangePartition) -> Iterator[Any]:
+        """Yield ``pyarrow.RecordBatch``es: the range's records with barrier rows in place."""
+        from barrier_source.arrow_rows import RowBuilder
+        from barrier_source.kafka_read import fetch_range
+
+        builder = RowBuilder(self.schema, partition, self.opts.include_headers)
+        pending = sorted(partition.barriers, key=lambda b: b[2])
+        records = fetch_range(
+            client_config(self.opts.kafka_config, "consumer"), partition.topic,
+            partition.partition, partition.from_offset, partition.until_offset,
+            fail_on_data_loss=self.opts.fail_on_data_loss,
+            poll_timeout_ms=self.opts.poll_timeout_ms, with_headers=self.opts.include_headers)
+        for chunk in records:
+            while pending and len(chunk) and chunk.offsets[-1] >= pending[0][2]:
+                cut = int(np.searchsorted(chunk.offsets, pending[0][2], side="left"))
+                if cut:
+                    yield builder.records(chunk.slice(0, cut))
+                yield builder.barrier(pending.pop(0))
+                chunk = chunk.slice(cut, len(chunk))
+            if len(chunk):
+                yield builder.records(chunk)
+        for b in pending:
+            yield builder.barrier(b)
+
+    def stop(self) -> None:
+        if self._admin is not None:
+            try:
+                self._admin.close()
+            finally:
+                self._admin = None
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,347 @@
+"""Decode Kafka fetch responses (record batch format v2) straight into Arrow columns.
+
+Runs on executors inside ``read()``. kafka-python builds one Python object per record (about
+0.1M records/s); this decoder walks record boundaries in a tight loop and decodes every field
+with vectorised numpy, so a fetch of 100-byte records decodes at several million records/s.
+
+Format (https://kafka.apache.org/documentation/#recordbatch): a batch is a 61-byte header
+(baseOffset int64, batchLength int32, partitionLeaderEpoch int32, magic int8, crc uint32,
+attributes int16, lastOffsetDelta int32, baseTimestamp int64, maxTimestamp int64, producerId
+int64, producerEpoch int16, baseSequence int32, recordCount int32) followed by records, each
+``length varint, attributes int8, timestampDelta varlong, offsetDelta varint, keyLength varint,
+key, valueLength varint, value, headerCount varint, headers``. Compressed batches carry the
+records compressed after the header. CRCs are not checked (Spark's Kafka source checks them
+through the Java client; TCP and the broker already validated them).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+import pyarrow as pa
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_SIZE = 61
+_ATTR_COMPRESSION = 0x07
+_ATTR_LOG_APPEND_TIME = 0x08
+_ATTR_TRANSACTIONAL = 0x10
+_ATTR_CONTROL = 0x20
+
+
+class LegacyFormatError(Exception):
+    """The buffer holds message format v0/v1; the caller falls back to kafka-python."""
+
+
+@dataclass
+class BatchHeader:
+    base_offset: int
+    size: int
+    magic: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    record_count: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & _ATTR_CONTROL)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & _ATTR_TRANSACTIONAL)
+
+
+def iter_batches(buf: bytes) -> List[Tuple[BatchHeader, int]]:
+    """(header, start position) of every complete batch in ``buf`` (a trailing partial batch,
+    cut by the fetch size limit, is ignored)."""
+    out = []
+    pos, n = 0, len(buf)
+    while pos + HEADER_SIZE <= n:
+        (base, length, _epoch, magic, _crc, attrs, last_delta, base_ts, max_ts, pid, _pepoch,
+         _seq, count) = _HEADER.unpack_from(buf, pos)
+        size = 12 + length
+        if pos + size > n:
+            break
+        if magic != 2:
+            raise LegacyFormatError(f"message format v{magic}")
+        out.append((BatchHeader(base, size, magic, attrs, last_delta, base_ts, max_ts, pid,
+                                count), pos))
+        pos += size
+    return out
+
+
+def _record_starts(buf, pos: int, count: int, starts: list) -> None:
+    """Append the position after each record's length prefix; the only sequential step."""
+    append = starts.append
+    for _ in range(count):
+        b = buf[pos]
+        if b < 0x80:
+            pos += 1
+            raw = b
+        else:
+            b2 = buf[pos + 1]
+            if b2 < 0x80:
+                raw = (b & 0x7F) | (b2 << 7)
+                pos += 2
+            else:
+                raw, shift, pos = (b & 0x7F) | ((b2 & 0x7F) << 7), 14, pos + 2
+                while True:
+                    b = buf[pos]
+                    pos += 1
+                    raw |= (b & 0x7F) << shift
+                    if b < 0x80:
+                        break
+                    shift += 7
+        append(pos)
+        pos += (raw >> 1) ^ -(raw & 1)
+
+
+def _piecewise_starts(arr: np.ndarray, buf: bytes, first: int, count: int) -> np.ndarray:
+    """Record starts (after the length prefix) of one batch.
+
+    Guess-and-verify: assume every following record has the size of the current one, check
+    all guesses at once, keep the verified prefix (up to the first record of another size) and
+    repeat from there. Record sizes within a batch change only at a few points when keys and
+    values have equal sizes (the timestamp and offset deltas grow a varint byte), so this takes
+    a handful of vectorised steps. Irregular batches drop to the per-record loop.
+    """
+    out: List[np.ndarray] = []
+    pos, remaining = first, count
+    while remaining > 0:
+        length, nbytes = _varint(arr, np.asarray([pos], dtype=np.int64))
+        head, step = int(nbytes[0]), int(length[0]) + int(nbytes[0])
+        heads = pos + step * np.arange(remaining, dtype=np.int64)
+        heads = heads[heads < len(arr) - 16]
+        lengths, nb = _varint(arr, heads)
+        ok = (lengths == length[0]) & (nb == head)
+        verified = len(ok) if ok.all() else int(np.argmin(ok))
+        out.append(heads[:verified] + head)
+        pos += step * verified
+        remaining -= verified
+        if remaining and verified < 32:
+            rest: List[int] = []
+            _record_starts(buf, pos, remaining, rest)
+            out.append(np.asarray(rest, dtype=np.int64))
+            break
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+
+def _varint(arr: np.ndarray, pos: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Vectorised zig-zag varint decode at every position; returns (values, byte counts)."""
+    result = np.zeros(len(pos), dtype=np.int64)
+    nbytes = np.zeros(len(pos), dtype=np.int64)
+    active = np.ones(len(pos), dtype=bool)
+    for k in range(10):
+        idx = np.nonzero(active)[0] if k else None
+        b = arr[pos + k] if idx is None else arr[pos[idx] + k]
+        b = b.astype(np.int64)
+        if idx is None:
+            result |= (b & 0x7F) << (7 * k)
+            nbytes += 1
+            cont = b >= 0x80
+            if not cont.any():
+                break
+            active = cont
+        else:
+            result[idx] |= (b & 0x7F) << (7 * k)
+            nbytes[idx] += 1
+            still = b >= 0x80
+            active[idx] = still
+            if not still.any():
+                break
+    return (result >> 1) ^ -(result & 1), nbytes
+
+
+def _gather_binary(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.Array:
+    """A BinaryArray of ``arr[starts[i]:starts[i]+lengths[i]]`` (length -1 = null).
+
+    Builds an Arrow BinaryView array that points into ``arr`` (16 bytes per element, no copy of
+    the payload) and lets Arrow's C++ cast gather it into a plain ``binary`` array.
+    """
+    n = len(starts)
+    valid = lengths >= 0
+    lens = np.where(valid, lengths, 0).astype(np.int32)
+    views = np.zeros((n, 4), dtype=np.int32)
+    views[:, 0] = lens
+    raw = views.view(np.uint8).reshape(n, 16)
+    long_rows = np.nonzero(lens > 12)[0]
+    if len(long_rows):
+        s = starts[long_rows]
+        prefix = (arr[s].astype(np.uint32) | (arr[s + 1].astype(np.uint32) << 8)
+                  | (arr[s + 2].astype(np.uint32) << 16) | (arr[s + 3].astype(np.uint32) << 24))
+        views[long_rows, 1] = prefix.view(np.int32)
+        views[long_rows, 3] = s.astype(np.int32)
+    short_rows = np.nonzero((lens > 0) & (lens <= 12))[0]
+    if len(short_rows):
+        width = np.arange(12)
+        inline = arr[starts[short_rows][:, None] + width]
+        inline[width[None, :] >= lens[short_rows][:, None]] = 0
+        raw[short_rows, 4:16] = inline
+    null_count = int(n - valid.sum())
+    validity = None if null_count == 0 else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    view_array = pa.Array.from_buffers(pa.binary_view(), n, [validity, pa.py_buffer(views),
+                                                             pa.py_buffer(arr)],
+                                       null_count=null_count)
+    return view_array.cast(pa.binary())
+
+
+@dataclass
+class DecodedRecords:
+    """Columns of the records of one fetch, in offset order."""
+
+    offsets: np.ndarray          # int64
+    timestamps_ms: np.ndarray    # int64
+    timestamp_types: np.ndarray  # int32: 0 CreateTime, 1 LogAppendTime
+    keys: pa.Array
+    values: pa.Array
+    headers: Optional[list]      # per record: None or [(key str, value bytes)], if requested
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def slice(self, lo: int, hi: int) -> "DecodedRecords":
+        return DecodedRecords(self.offsets[lo:hi], self.timestamps_ms[lo:hi],
+                              self.timestamp_types[lo:hi], self.keys.slice(lo, hi - lo),
+                              self.values.slice(lo, hi - lo),
+                              None if self.headers is None else self.headers[lo:hi])
+
+
+def _decompress(codec: int, payload: bytes) -> bytes:
+    from kafka import codec as kc
+
+    if codec == 1:
+        return kc.gzip_decode(payload)
+    if codec == 2:
+        return kc.snappy_decode(payload)
+    if codec == 3:
+        return kc.lz4_decode(payload)
+    if codec == 4:
+        return kc.zstd_decode(payload)
+    raise ValueError(f"unknown compression codec {codec}")
+
+
+def _parse_headers(buf: bytes, pos: int, count: int) -> list:
+    def varint(p):
+        raw, shift = 0, 0
+        while True:
+            b = buf[p]
+            p += 1
+            raw |= (b & 0x7F) << shift
+            if b < 0x80:
+                return (raw >> 1) ^ -(raw & 1), p
+            shift += 7
+
+    out = []
+    for _ in range(count):
+        klen, pos = varint(pos)
+        key = buf[pos:pos + klen].decode("utf-8", "replace")
+        pos += klen
+        vlen, pos = varint(pos)
+        value = None if vlen < 0 else bytes(buf[pos:pos + vlen])
+        pos += max(vlen, 0)
+        out.append((key, value))
+    return out
+
+
+def decode_segments(segments: Sequence[Tuple[bytes, int, BatchHeader]],
+                    with_headers: bool) -> DecodedRecords:
+    """Decode the records of ``segments``: (buffer, position of the first record, header).
+
+    Uncompressed batches reference the fetch buffer directly; compressed ones bring their own
+    decompressed buffer. All segments sharing one buffer are decoded in one vectorised pass.
+    """
+    groups: dict = {}
+    order: List[int] = []
+    for buf, first, hdr in segments:
+        key = id(buf)
+        if key not in groups:
+            groups[key] = (buf, [])
+            order.append(key)
+        groups[key][1].append((first, hdr))
+    parts = [_decode_one_buffer(groups[k][0], groups[k][1], with_headers) for k in order]
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        return empty_records(with_headers)
+    idx = np.argsort(np.concatenate([p.offsets for p in parts]), kind="stable")
+    keys = pa.concat_arrays([p.keys for p in parts]).take(pa.array(idx))
+    values = pa.concat_arrays([p.values for p in parts]).take(pa.array(idx))
+    headers = None
+    if with_headers:
+        flat = [h for p in parts for h in p.headers]
+        headers = [flat[i] for i in idx]
+    return DecodedRecords(np.concatenate([p.offsets for p in parts])[idx],
+                          np.concatenate([p.timestamps_ms for p in parts])[idx],
+                          np.concatenate([p.timestamp_types for p in parts])[idx],
+                          keys, values, headers)
+
+
+def empty_records(with_headers: bool) -> DecodedRecords:
+    z = np.zeros(0, dtype=np.int64)
+    return DecodedRecords(z, z, np.zeros(0, dtype=np.int32), pa.array([], pa.binary()),
+                          pa.array([], pa.binary()), [] if with_headers else None)
+
+
+def _decode_one_buffer(buf: bytes, batches: List[Tuple[int, BatchHeader]],
+                       with_headers: bool) -> DecodedRecords:
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    arr = np.concatenate([arr, np.zeros(16, dtype=np.uint8)])  # varint reads may overrun
+    pieces: List[np.ndarray] = []
+    counts, base_offsets, base_ts, ts_types = [], [], [], []
+    for first, hdr in batches:
+        uniform = _piecewise_starts(arr, buf, first, hdr.record_count)
+        pieces.append(uniform)
+        counts.append(len(uniform))
+        base_offsets.append(hdr.base_offset)
+        log_append = bool(hdr.attributes & _ATTR_LOG_APPEND_TIME)
+        base_ts.append(hdr.max_timestamp if log_append else hdr.base_timestamp)
+        ts_types.append(1 if log_append else 0)
+    n = sum(counts)
+    if n == 0:
+        return empty_records(with_headers)
+    pos = np.concatenate(pieces) + 1                            # skip record attributes
+    counts_a = np.asarray(counts)
+    batch_of = np.repeat(np.arange(len(counts)), counts_a)
+    ts_delta, nb = _varint(arr, pos)
+    pos += nb
+    off_delta, nb = _varint(arr, pos)
+    pos += nb
+    key_len, nb = _varint(arr, pos)
+    pos += nb
+    key_start = pos.copy()
+    pos += np.maximum(key_len, 0)
+    val_len, nb = _varint(arr, pos)
+    pos += nb
+    val_start = pos.copy()
+    pos += np.maximum(val_len, 0)
+    hcount, nb = _varint(arr, pos)
+    pos += nb
+    log_append_of = np.asarray(ts_types, dtype=np.int32)[batch_of]
+    timestamps = np.asarray(base_ts, dtype=np.int64)[batch_of] + np.where(
+        log_append_of == 1, 0, ts_delta)
+    headers = None
+    if with_headers:
+        headers = [None] * n
+        for i in np.nonzero(hcount > 0)[0]:
+            headers[i] = _parse_headers(buf, int(pos[i]), int(hcount[i]))
+    return DecodedRecords(np.asarray(base_offsets, dtype=np.int64)[batch_of] + off_delta,
+                          timestamps, log_append_of,
+                          _gather_binary(arr, key_start, key_len),
+                          _gather_binary(arr, val_start, val_len), headers)
+
+
+def decompress_batch(buf: bytes, start: int, hdr: BatchHeader) -> Tuple[bytes, int]:
+    """(buffer, first record position) for a batch, decompressing if needed."""
+    codec = hdr.attributes & _ATTR_COMPRESSION
+    if codec == 0:
+        return buf, start + HEADER_SIZE
+    return _decompress(codec, bytes(buf[start + HEADER_SIZE:start + hdr.size])), 0
