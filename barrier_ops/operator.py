@@ -109,7 +109,9 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
                            restore_requires_complete, watermark_delay_ms,
                            dict(state_backend_options or {}))
     kfn = as_keyed_function(fn, on_timer)
-    pickle.dumps(kfn)  # fail on the driver, not in a task, when fn is not picklable
+    from pyspark import cloudpickle
+
+    cloudpickle.dumps(kfn)  # fail on the driver, not in a task, when fn is not picklable
     out_schema = operator_output_schema(output_schema)
     user_columns = [f.name for f in _as_struct(output_schema).fields]
     missing = [c for c in REQUIRED_INPUT + (key_col,) if c not in df.columns]

@@ -135,7 +135,7 @@ class ScriptReader(DataSourceStreamReader):
         """One scripted batch per trigger, up to what is released (driver)."""
         total = len(self._batches())
         begin = int(start["batch"]) if start else 0
-        return {"batch": min(begin + 1, self._released(total))}
+        return {"batch": max(begin, min(begin + 1, self._released(total)))}
 
     def partitions(self, start, end):
         return [_BatchPartition(b) for b in range(int(start["batch"]), int(end["batch"]))]
