@@ -1,0 +1,102 @@
+"""Consumer-group offsets equal the last completed checkpoint's offsets (kafka-python admin and
+Kafka's own kafka-consumer-groups tool), also after the stream went idle; coordinator mode
+commits what ``<checkpoint.storage>/_completed_offsets.json`` says."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+
+from kafka import TopicPartition
+
+from barrier_source.group_commit import commit_group_offsets, write_completed_offsets
+from integration_tests.source_helpers import barriers, produce, run_to_memory, wait_for
+from kafka_harness.jars import fetch_broker_jars, require_java
+
+
+def group_offsets(admin, group, topic, partitions):
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    got = admin.list_group_offsets({group: tps})[group]
+    return {p: got[TopicPartition(topic, p)].offset for p in range(partitions)}
+
+
+def tool_offsets(bootstrap, group):
+    """CURRENT-OFFSET per partition from Kafka's ConsumerGroupCommand (kafka-tools jar)."""
+    out = subprocess.run(
+        [require_java(), "-cp", f"{fetch_broker_jars()}/*",
+         "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", "--bootstrap-server",
+         bootstrap, "--describe", "--group", group], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = {}
+    for line in out.stdout.splitlines():
+        cols = line.split()
+        if len(cols) >= 5 and cols[0] == group:
+            rows[int(cols[2])] = int(cols[3])
+    return rows
+
+
+def test_group_offsets_follow_the_last_completed_checkpoint(spark, bootstrap, kafka_admin,
+                                                            topic_factory, tmp_path):
+    topic = topic_factory(2)
+    group = "g-" + uuid.uuid4().hex[:8]
+    produce(bootstrap, topic, {0: 30, 1: 20})
+    opts = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic,
+            "startingOffsets": "earliest", "maxOffsetsPerTrigger": "20",
+            "kafka.group.id": group}
+    rows = run_to_memory(spark, opts, str(tmp_path / "chk"))
+    last = barriers(rows)[max(barriers(rows))]
+    assert last == {f"{topic}:0": 30, f"{topic}:1": 20}
+    # The last batch's checkpoint is committed although no batch follows it (idle stream):
+    # latestOffset(start) commits it on the next trigger, which processAllAvailable waited for
+    # or which happens right after; poll with a deadline.
+    wait_for(lambda: group_offsets(kafka_admin, group, topic, 2) == {0: 30, 1: 20})
+    assert tool_offsets(bootstrap, group) == {0: 30, 1: 20}
+    meta = kafka_admin.list_group_offsets({group: [TopicPartition(topic, 0)]})[group]
+    assert '"checkpoint_id": %d' % max(barriers(rows)) in meta[TopicPartition(topic, 0)].metadata
+
+    # restart from the group's offsets in a new query: reads only what is new
+    produce(bootstrap, topic, {0: 5}, start_index=30)
+    again = run_to_memory(spark, dict(opts, startingOffsets="group"), str(tmp_path / "chk2"))
+    assert sorted(r.offset for r in again if r.kind == "record") == list(range(30, 35))
+
+
+def test_commit_is_idempotent_and_never_moves_backwards(bootstrap, kafka_admin, topic_factory):
+    topic = topic_factory(1)
+    produce(bootstrap, topic, {0: 10})
+    group = "g-" + uuid.uuid4().hex[:8]
+    opts = {"kafka.bootstrap.servers": bootstrap}
+    assert commit_group_offsets(opts, group, {topic: {0: 7}}, checkpoint_id=3)
+    assert not commit_group_offsets(opts, group, {topic: {0: 7}}, checkpoint_id=3)
+    assert not commit_group_offsets(opts, group, {topic: {0: 4}}, checkpoint_id=2)
+    assert group_offsets(kafka_admin, group, topic, 1) == {0: 7}
+    assert commit_group_offsets({"bootstrap_servers": bootstrap}, group, {topic: {"0": 9}}, 4)
+    assert group_offsets(kafka_admin, group, topic, 1) == {0: 9}
+
+
+def test_coordinator_mode_commits_the_completed_offsets_file(spark, bootstrap, kafka_admin,
+                                                             topic_factory, tmp_path):
+    topic = topic_factory(1)
+    group = "g-" + uuid.uuid4().hex[:8]
+    storage = str(tmp_path / "storage")
+    produce(bootstrap, topic, {0: 20})
+    opts = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic,
+            "startingOffsets": "earliest", "maxOffsetsPerTrigger": "10",
+            "kafka.group.id": group, "checkpoint.storage": storage,
+            "execution.checkpointing.max-concurrent-checkpoints": "5"}
+    # a coordinator completed checkpoint 1 at offset 6 (say, the sink acked only that far)
+    write_completed_offsets(storage, 1, 123, {topic: {0: 6}})
+    rows = run_to_memory(spark, opts, str(tmp_path / "chk"))
+    assert len(barriers(rows)) == 2  # triggers are not blocked: 2 pending < 5
+    wait_for(lambda: group_offsets(kafka_admin, group, topic, 1) == {0: 6})
+
+
+def test_max_concurrent_blocks_triggers_until_the_coordinator_completes(spark, bootstrap,
+                                                                        topic_factory,
+                                                                        tmp_path):
+    topic = topic_factory(1)
+    produce(bootstrap, topic, {0: 30})
+    opts = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic,
+            "startingOffsets": "earliest", "maxOffsetsPerTrigger": "10",
+            "checkpoint.storage": str(tmp_path / "storage")}
+    rows = run_to_memory(spark, opts, str(tmp_path / "chk"))
+    assert list(barriers(rows)) == [1]  # nobody completes 1, so 2 is never triggered
