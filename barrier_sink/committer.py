@@ -41,11 +41,12 @@ from typing import Dict, Iterable, List, Optional
 
 from barrier_sink.messages import SinkCommitMessage
 from barrier_source.faults import maybe_crash
+from barrier_source.group_commit import COMPLETED_OFFSETS_FILE as COMPLETED_OFFSETS
+from barrier_source.group_commit import completed_offsets_json
 
 logger = logging.getLogger(__name__)
 
 BATCH_PREFIX = "sink/batch-"
-COMPLETED_OFFSETS = "_completed_offsets.json"
 
 
 def batch_path(batch_id: int) -> str:
@@ -144,6 +145,7 @@ class SinkCommitter(ABC):
         is raised after the loop (as Flink does), so one bad transaction does not block others.
         """
         n = completed.checkpoint_id
+        maybe_crash("commit_after_metadata")
         first_error = None
         committed_by_n: List[dict] = []
         for b in self.recorded_batches():
@@ -176,8 +178,9 @@ class SinkCommitter(ABC):
         if first_error is not None:
             raise first_error
         self.after_commit(n, committed_by_n)
-        self.backend.put(COMPLETED_OFFSETS, json.dumps(
-            {"checkpoint_id": n, "offsets": completed.offsets}, sort_keys=True).encode())
+        # The source commits these offsets to its consumer group on its next trigger.
+        self.backend.put(COMPLETED_OFFSETS, json.dumps(completed_offsets_json(
+            n, completed.timestamp_ms, completed.offsets), sort_keys=True).encode())
         if coordinator is not None and hasattr(coordinator, "mark_committed"):
             coordinator.mark_committed(n)
         self.prune(batch_id)

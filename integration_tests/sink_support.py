@@ -1,0 +1,60 @@
+"""Helpers for the sink tests: scripted inputs whose last barrier seals every record, and
+read_committed readers of a whole topic."""
+
+from __future__ import annotations
+
+import time
+from typing import Dict, List
+
+from kafka import KafkaConsumer, TopicPartition
+
+from barrier_ops.testing import make_script
+from barrier_source.schema import KIND_BARRIER, channel_name
+
+
+def sealed_script(seed: int, partitions: int = 2, records: int = 100, checkpoints: int = 3,
+                  batches: int = 4, topic: str = "in") -> dict:
+    """``make_script`` plus a final checkpoint whose barrier follows every record, so that
+    every record belongs to a checkpoint that completes."""
+    script = make_script(seed, topic, partitions, records, checkpoints, batches)
+    last = checkpoints + 1
+    channels = [channel_name(topic, p) for p in range(partitions)]
+    for p in range(partitions):
+        script["batches"][-1].append({"kind": KIND_BARRIER, "topic": topic, "partition": p,
+                                      "offset": records, "checkpoint_id": last,
+                                      "channels": channels})
+    script["cuts"][last] = {c: records for c in channels}
+    now_ms = int(time.time() * 1000)  # trigger times: checkpoints expire relative to them
+    for batch in script["batches"]:
+        for row in batch:
+            if row["kind"] == KIND_BARRIER:
+                row["timestamp"] = now_ms + row["checkpoint_id"]
+    return script
+
+
+def read_committed_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> List[bytes]:
+    """Every committed value of ``topic`` (all partitions), once the LSO reached the log end
+    on each partition or ``timeout_s`` passed."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                             enable_auto_commit=False)
+    parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
+    consumer.assign(parts)
+    consumer.seek_to_beginning(*parts)
+    values: List[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for msgs in consumer.poll(timeout_ms=300).values():
+            values.extend(m.value for m in msgs)
+        ends = consumer.end_offsets(parts)
+        if all(consumer.position(tp) >= ends[tp] for tp in parts):
+            break
+    consumer.close()
+    return values
+
+
+def end_offsets(bootstrap: str, topic: str) -> Dict[int, int]:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
+    ends = {tp.partition: o for tp, o in consumer.end_offsets(parts).items()}
+    consumer.close()
+    return ends
