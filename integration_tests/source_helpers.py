@@ -76,3 +76,19 @@ def wait_for(condition, timeout_s: float = 60.0, interval_s: float = 0.2):
         if time.monotonic() > deadline:
             raise AssertionError("condition not met within %.0fs" % timeout_s)
         time.sleep(interval_s)
+
+
+def run_to_files(spark, options: dict, checkpoint_dir: str, out_dir: str,
+                 timeout_s: float = 120.0) -> List:
+    """Like :func:`run_to_memory` but into a parquet file sink (restartable from the same
+    checkpoint, unlike the memory sink); returns every row written so far by all runs."""
+    reader = spark.readStream.format("barrier-kafka")
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    query = (reader.load().writeStream.format("parquet").option("path", out_dir)
+             .option("checkpointLocation", checkpoint_dir).start())
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    return spark.read.parquet(out_dir).collect()

@@ -1,0 +1,180 @@
+"""Every source option against a real broker (Spark Kafka connector parity)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kafka import TopicPartition
+from kafka.admin import NewPartitions
+
+from integration_tests.source_helpers import produce, records, run_to_files, run_to_memory
+
+
+def base(bootstrap, **extra):
+    opts = {"kafka.bootstrap.servers": bootstrap}
+    opts.update(extra)
+    return opts
+
+
+def offsets_of(rows, partition=None):
+    return sorted(r.offset for r in records(rows) if partition is None or r.partition == partition)
+
+
+def error_text(exc_info) -> str:
+    return str(exc_info.value)
+
+
+def test_subscribe_pattern_and_assign(spark, bootstrap, topic_factory, tmp_path):
+    t1, t2 = topic_factory(1, prefix="patt_a"), topic_factory(2, prefix="patt_b")
+    produce(bootstrap, t1, {0: 3})
+    produce(bootstrap, t2, {0: 4, 1: 5})
+    pattern = f"({t1}|{t2})"
+    rows = run_to_memory(spark, base(bootstrap, subscribePattern=pattern,
+                                     startingOffsets="earliest"), str(tmp_path / "a"))
+    assert sorted({r.topic for r in records(rows)}) == sorted([t1, t2]) and len(records(rows)) == 12
+    rows = run_to_memory(spark, base(bootstrap, assign=f'{{"{t2}":[1]}}',
+                                     startingOffsets="earliest"), str(tmp_path / "b"))
+    assert {(r.topic, r.partition) for r in records(rows)} == {(t2, 1)} and len(records(rows)) == 5
+
+
+def test_starting_offsets_json_with_earliest_and_latest(spark, bootstrap, topic_factory,
+                                                        tmp_path):
+    topic = topic_factory(3)
+    produce(bootstrap, topic, {0: 10, 1: 10, 2: 10})
+    rows = run_to_memory(spark, base(bootstrap, subscribe=topic,
+                                     startingOffsets=f'{{"{topic}":{{"0":7,"1":-2,"2":-1}}}}'),
+                         str(tmp_path / "a"))
+    assert offsets_of(rows, 0) == [7, 8, 9] and offsets_of(rows, 1) == list(range(10))
+    assert offsets_of(rows, 2) == []
+
+
+def test_starting_latest_reads_only_new_records(spark, bootstrap, topic_factory, tmp_path):
+    topic = topic_factory(1)
+    produce(bootstrap, topic, {0: 5})
+    opts = base(bootstrap, subscribe=topic, startingOffsets="latest")
+    chk, out = str(tmp_path / "a"), str(tmp_path / "out")
+    assert records(run_to_files(spark, opts, chk, out)) == []
+    produce(bootstrap, topic, {0: 3}, start_index=5)
+    assert offsets_of(run_to_files(spark, opts, chk, out)) == [5, 6, 7]
+
+
+def test_starting_by_timestamp(spark, bootstrap, topic_factory, tmp_path):
+    topic = topic_factory(2)
+    old, new = 1_600_000_000_000, 1_700_000_000_000
+    produce(bootstrap, topic, {0: 4, 1: 4}, timestamp_ms=old)
+    produce(bootstrap, topic, {0: 2, 1: 3}, start_index=4, timestamp_ms=new)
+    rows = run_to_memory(spark, base(bootstrap, subscribe=topic, startingTimestamp=str(new)),
+                         str(tmp_path / "a"))
+    assert offsets_of(rows, 0) == [4, 5] and offsets_of(rows, 1) == [4, 5, 6]
+    ts = f'{{"{topic}":{{"0":{old},"1":{new}}}}}'
+    rows = run_to_memory(spark, base(bootstrap, subscribe=topic, startingOffsetsByTimestamp=ts),
+                         str(tmp_path / "b"))
+    assert offsets_of(rows, 0) == list(range(6)) and offsets_of(rows, 1) == [4, 5, 6]
+    assert {r.timestamp.timestamp() * 1000 for r in records(rows) if r.partition == 1} == {new}
+    with pytest.raises(Exception) as err:
+        run_to_memory(spark, base(bootstrap, subscribe=topic, startingTimestamp=str(new * 2)),
+                      str(tmp_path / "c"))
+    assert "startingTimestamp" in error_text(err)
+    rows = run_to_memory(spark, base(bootstrap, subscribe=topic, startingTimestamp=str(new * 2),
+                                     startingOffsetsByTimestampStrategy="latest"),
+                         str(tmp_path / "d"))
+    assert records(rows) == []
+
+
+def test_include_headers_and_columns(spark, bootstrap, topic_factory, tmp_path):
+    topic = topic_factory(1)
+    produce(bootstrap, topic, {0: 2}, headers=[("h1", b"v1"), ("h2", b"")])
+    produce(bootstrap, topic, {0: 1}, start_index=2)
+    rows = run_to_memory(spark, base(bootstrap, subscribe=topic, startingOffsets="earliest",
+                                     includeHeaders="true"), str(tmp_path / "a"))
+    recs = sorted(records(rows), key=lambda r: r.offset)
+    assert [(h.key, h.value) for h in recs[0].headers] == [("h1", b"v1"), ("h2", b"")]
+    assert recs[2].headers is None
+    assert recs[0].key == b"k0" and recs[0].value == b"0-0" and recs[0].timestampType == 0
+    no_headers = run_to_memory(spark, base(bootstrap, subscribe=topic,
+                                           startingOffsets="earliest"), str(tmp_path / "b"))
+    assert "headers" not in no_headers[0].asDict()
+
+
+def test_missing_topic_is_a_clear_error(spark, bootstrap, tmp_path):
+    with pytest.raises(Exception) as err:
+        run_to_memory(spark, base(bootstrap, subscribe="no_such_topic_xyz"), str(tmp_path / "a"))
+    assert "Topic 'no_such_topic_xyz' named by option 'subscribe' does not exist" in \
+        error_text(err)
+
+
+def test_fail_on_data_loss(spark, bootstrap, kafka_admin, topic_factory, tmp_path):
+    topic = topic_factory(1)
+    produce(bootstrap, topic, {0: 10})
+    start = f'{{"{topic}":{{"0":0}}}}'
+    opts = base(bootstrap, subscribe=topic, startingOffsets=start)
+    chk, out = str(tmp_path / "a"), str(tmp_path / "out")
+    assert len(records(run_to_files(spark, opts, chk, out))) == 10
+    produce(bootstrap, topic, {0: 10}, start_index=10)
+    kafka_admin.delete_records({TopicPartition(topic, 0): 15})  # offsets 10..14 are gone
+    with pytest.raises(Exception) as err:
+        run_to_files(spark, opts, chk, out)
+    assert "failOnDataLoss" in error_text(err) and "10..14" in error_text(err)
+    rows = run_to_files(spark, dict(opts, failOnDataLoss="false"), chk, out)
+    assert offsets_of(rows) == list(range(10)) + list(range(15, 20))
+
+
+def test_new_partitions_are_picked_up_from_earliest(spark, bootstrap, kafka_admin,
+                                                    topic_factory, tmp_path):
+    topic = topic_factory(1)
+    produce(bootstrap, topic, {0: 3})
+    opts = base(bootstrap, subscribe=topic, startingOffsets="earliest")
+    chk, out = str(tmp_path / "a"), str(tmp_path / "out")
+    run_to_files(spark, opts, chk, out)
+    kafka_admin.create_partitions({topic: NewPartitions(total_count=2)})
+    produce(bootstrap, topic, {1: 4})
+    rows = run_to_files(spark, opts, chk, out)
+    assert offsets_of(rows, 1) == [0, 1, 2, 3]
+    bars = [r for r in rows if r.kind == "barrier"]
+    assert any(f"{topic}:1" in b.barrier_channels for b in bars)
+
+
+def test_min_offsets_per_trigger_waits_at_most_max_trigger_delay(spark, bootstrap,
+                                                                 topic_factory, tmp_path):
+    topic = topic_factory(1)
+    produce(bootstrap, topic, {0: 5})
+    opts = base(bootstrap, subscribe=topic, startingOffsets="earliest",
+                minOffsetsPerTrigger="100", maxTriggerDelay="3s")
+    reader = spark.readStream.format("barrier-kafka")
+    for k, v in opts.items():
+        reader = reader.option(k, v)
+    q = (reader.load().writeStream.format("memory").queryName("minoffsets")
+         .option("checkpointLocation", str(tmp_path / "a")).trigger(processingTime="500 milliseconds")
+         .start())
+    try:
+        t0 = time.monotonic()
+        deadline = t0 + 60
+        while spark.table("minoffsets").count() == 0 and time.monotonic() < deadline:
+            q.awaitTermination(0.5)
+        waited = time.monotonic() - t0
+    finally:
+        q.stop()
+    assert spark.table("minoffsets").count() == 6  # 5 records + 1 barrier
+    assert waited >= 2.0  # held back until maxTriggerDelay passed (3 s from reader start)
+
+
+def test_available_now_with_max_offsets(spark, bootstrap, topic_factory, tmp_path):
+    topic = topic_factory(2)
+    produce(bootstrap, topic, {0: 30, 1: 30})
+    rows = run_to_memory(spark, base(bootstrap, subscribe=topic, startingOffsets="earliest",
+                                     maxOffsetsPerTrigger="20"), str(tmp_path / "a"),
+                         trigger={"availableNow": True})
+    assert len(records(rows)) == 60 and len({r.checkpoint_id for r in rows
+                                              if r.kind == "barrier"}) == 3
+
+
+def test_bad_options_fail_at_start_naming_the_option(spark, bootstrap, tmp_path):
+    with pytest.raises(Exception) as err:
+        run_to_memory(spark, base(bootstrap, subscribe="x", maxOffsetPerTrigger="1"),
+                      str(tmp_path / "a"))
+    assert "maxOffsetsPerTrigger" in error_text(err)
+    with pytest.raises(Exception) as err:
+        run_to_memory(spark, base(bootstrap, subscribe="x", startingOffsets='{"x":'),
+                      str(tmp_path / "b"))
+    assert "'startingOffsets' is not valid JSON" in error_text(err)
