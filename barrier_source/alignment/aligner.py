@@ -74,6 +74,7 @@ class BarrierAligner(BarrierHandler):
         self._state: BarrierHandlerState = WaitingForFirstBarrier()
         self._blocked: set = set()
         self._pending: Optional[_Alignment] = None
+        self._last_barrier_channel: Optional[str] = None
 
     # ------------------------------------------------------------------ introspection
     @property
@@ -147,6 +148,7 @@ class BarrierAligner(BarrierHandler):
                            sorted(pending.expected))
         pending.received[barrier.channel] = barrier.offset
         self._blocked.add(barrier.channel)
+        self._last_barrier_channel = barrier.channel
         return True
 
     def is_aligned(self) -> bool:
@@ -155,8 +157,9 @@ class BarrierAligner(BarrierHandler):
 
     def trigger_checkpoint(self) -> None:
         pending = self._pending
+        last = self._last_barrier_channel  # its later events were never held, just queued
         held = sum(e.count for ch, q in self._queues.items()
-                   if q and (ch in self._blocked or self._is_held(ch, q[0]))
+                   if q and ch != last and (ch in self._blocked or self._is_held(ch, q[0]))
                    for e in q if isinstance(e, Records))
         channels = tuple(sorted(pending.expected | set(pending.received)))
         self._out.append(CheckpointTriggered(

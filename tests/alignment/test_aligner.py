@@ -186,3 +186,11 @@ def test_pickle_keeps_state_and_queues():
     c = pickle.loads(pickle.dumps(a))
     assert c.pending_checkpoint_id == 1 and c.held_back_records == 3
     assert c.state == CollectingBarriers()
+
+
+def test_held_back_counts_only_blocked_channels():
+    a = BarrierAligner("t")
+    a.process([b(1, "a:0"), Records("a:0", [1, 2], 2)])
+    out = a.process([b(1, "b:0"), Records("b:0", [3, 4, 5], 2)])
+    trig = [o for o in out if isinstance(o, CheckpointTriggered)][0]
+    assert trig.held_back_records == 2  # b:0's records behind its own last barrier were not held
