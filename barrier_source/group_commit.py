@@ -97,6 +97,9 @@ def commit_group_offsets(kafka_options: Mapping[str, Any], group_id: str,
     from kafka import TopicPartition
     from kafka.structs import OffsetAndMetadata
 
+    from barrier_source.faults import maybe_crash
+
+    maybe_crash("before_offset_commit")
     wanted = {TopicPartition(t, int(p)): int(o) for t, parts in offsets.items()
               for p, o in parts.items()}
     if not wanted:
@@ -177,7 +180,8 @@ def completed_offsets_json(checkpoint_id: int, timestamp_ms: int,
                         for t, parts in sorted(offsets.items())}}
 
 
-def read_completed_offsets(storage: str) -> Optional[dict]:
+def read_completed_offsets(storage: str,
+                           storage_options: Optional[Mapping[str, str]] = None) -> Optional[dict]:
     """The coordinator's newest completed checkpoint, or None if none completed yet.
 
     Local paths and ``file://`` are read directly; other URIs go through
@@ -189,7 +193,7 @@ def read_completed_offsets(storage: str) -> Optional[dict]:
             with open(os.path.join(path, COMPLETED_OFFSETS_FILE)) as f:
                 raw = f.read()
         else:
-            raw = _read_via_backend(storage)
+            raw = _read_via_backend(storage, storage_options)
             if raw is None:
                 return None
     except FileNotFoundError:
@@ -205,13 +209,13 @@ def read_completed_offsets(storage: str) -> Optional[dict]:
                                 f"{exc}") from exc
 
 
-def _read_via_backend(storage: str) -> Optional[str]:
+def _read_via_backend(storage: str, storage_options) -> Optional[str]:
     try:
         from state_backends import registry  # type: ignore
     except ImportError as exc:
         raise BarrierKafkaError(f"checkpoint.storage '{storage.split('://')[0]}://' needs the "
                                 "state_backends package") from exc
-    backend = registry.backend_from_uri(storage)
+    backend = registry.backend_from_uri(storage, dict(storage_options or {}))
     if not backend.exists(COMPLETED_OFFSETS_FILE):
         return None
     return backend.get(COMPLETED_OFFSETS_FILE).decode("utf-8")

@@ -90,6 +90,9 @@ SOURCE_OPTIONS = [
                "group offsets from '<checkpoint.storage>/_completed_offsets.json' and counts "
                "concurrent checkpoints against it. Unset: source-only mode, a checkpoint is "
                "complete once Spark durably finished the batch carrying its last barrier."),
+    OptionSpec("s3.", None, "With an s3:// checkpoint.storage: s3.endpoint, s3.region, "
+               "s3.access.key, s3.secret.key, as on the sink (secrets never logged).",
+               is_secret=True, is_prefix=True),
     OptionSpec("commit.offsets.on.checkpoint", "true", "Commit a completed checkpoint's offsets "
                "to the consumer group (Flink's KafkaSource option)."),
 ]
@@ -290,6 +293,7 @@ class SourceOptions:
     checkpoint_storage: Optional[str]
     commit_offsets_on_checkpoint: bool
     kafka_config: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    storage_options: Dict[str, str] = field(repr=False, compare=False, default_factory=dict)
 
     @property
     def are_checkpoints_enabled(self) -> bool:
@@ -404,6 +408,7 @@ class SourceOptions:
             barrier_placement=placement, checkpoint_storage=storage,
             commit_offsets_on_checkpoint=_bool(o, "commit.offsets.on.checkpoint", True),
             kafka_config=translate_kafka_options(o),
+            storage_options={k: v for k, v in o.items() if k.startswith("s3.")},
         )
 
     @staticmethod
@@ -454,3 +459,12 @@ def _check_topics(name: str, given: Dict[str, Dict[int, int]], subscribe, assign
             if topic not in assign or not set(parts) <= set(assign[topic]):
                 raise InvalidOptionError(f"Option '{name}' names partitions of '{topic}' that "
                                          "'assign' does not.")
+
+
+if __name__ == "__main__":  # python -m barrier_source.options > docs/source-options.md
+    from barrier_source.option_spec import options_markdown
+
+    print("# barrier-kafka source options\n\nGenerated from "
+          "`barrier_source.options.SOURCE_OPTIONS` (`python -m barrier_source.options`); do not "
+          "edit by hand. Names are case-insensitive.\n")
+    print(options_markdown(SOURCE_OPTIONS))

@@ -379,7 +379,8 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
     def _completed_id(self, prev: SourceOffset) -> int:
         if self.opts.checkpoint_storage:
             from barrier_source.group_commit import read_completed_offsets
-            done = read_completed_offsets(self.opts.checkpoint_storage)
+            done = read_completed_offsets(self.opts.checkpoint_storage,
+                                          self.opts.storage_options)
             return 0 if done is None else done["checkpoint_id"]
         return prev.sealed_id
 
@@ -390,7 +391,8 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         from barrier_source.group_commit import commit_group_offsets, read_completed_offsets
 
         if self.opts.checkpoint_storage:
-            done = read_completed_offsets(self.opts.checkpoint_storage)
+            done = read_completed_offsets(self.opts.checkpoint_storage,
+                                          self.opts.storage_options)
             if done is None:
                 return
             cid, offsets = done["checkpoint_id"], done["offsets"]
