@@ -64,7 +64,7 @@ class FileTwoPhaseCommitWriter(TwoPhaseCommitWriter):
 
     def __init__(self, options: Dict[str, str], schema) -> None:
         super().__init__(dict(options))
-        _check_unknown(options, {**COMMON_SINK_OPTIONS, **FILE_SINK_OPTIONS})
+        _check_unknown(options, COMMON_SINK_OPTIONS + FILE_SINK_OPTIONS, "barrier-files sink")
         self.checkpoint = CheckpointSinkOptions.parse(options)
         self.store = file_store_from_path(_get(options, "path"), options)
         names = schema.fieldNames()

@@ -9,62 +9,61 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass, field
-from typing import Dict, Mapping, Optional
+from typing import Dict, List, Mapping, Optional
 
 from barrier_sink.exceptions import InvalidOptionError, TransactionTimeoutTooShortError
+from barrier_source.option_spec import OptionSpec, check_known_options, redact  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
-# name -> (default, meaning). The docs are generated from these tables.
-COMMON_SINK_OPTIONS: Dict[str, tuple] = {
-    "checkpointLocation": (None, "Spark's checkpoint location (set by writeStream)."),
-    "checkpoint.storage": ("<checkpointLocation>/barrier-checkpoints",
-                           "State backend URI where checkpoint metadata, sink transaction "
-                           "handles and statistics are stored: a path, file://, s3://bucket/"
-                           "prefix or memory://name. Share it with the source and operators."),
-    "execution.checkpointing.interval": ("0", "Checkpoint interval in ms, as set on the source; "
-                                         "used by the transaction-timeout guard."),
-    "execution.checkpointing.timeout": ("600000", "A pending checkpoint older than this (ms) "
-                                        "is aborted (expired)."),
-    "execution.checkpointing.tolerable-failed-checkpoints": (
-        "0", "Consecutive failed checkpoints tolerated before the query fails."),
-    "restart.budget.ms": ("300000", "How long a crashed query may take to restart before its "
-                          "pre-committed transactions must still be open (transaction-timeout "
-                          "guard)."),
-    "state.checkpoints.num-retained": ("3", "Completed checkpoints kept; older ones are "
-                                       "discarded (savepoints never)."),
-    "s3.endpoint": (None, "S3 endpoint URL for an s3:// checkpoint.storage (e.g. MinIO)."),
-    "s3.region": (None, "S3 region."),
-    "s3.access.key": (None, "S3 access key (secret: never logged)."),
-    "s3.secret.key": (None, "S3 secret key (secret: never logged)."),
-}
+# The docs are generated from these lists (barrier_source.option_spec.options_markdown).
+COMMON_SINK_OPTIONS: List[OptionSpec] = [
+    OptionSpec("checkpoint.storage", "<checkpointLocation>/barrier-checkpoints",
+               "State backend URI where checkpoint metadata, sink transaction handles and "
+               "statistics are stored: a path, file://, s3://bucket/prefix or memory://name. "
+               "Share it with the source (`checkpoint.storage`) and the operators."),
+    OptionSpec("execution.checkpointing.interval", "0",
+               "Checkpoint interval in ms, as set on the source; used by the "
+               "transaction-timeout guard."),
+    OptionSpec("execution.checkpointing.timeout", "600000",
+               "A pending checkpoint older than this (ms) is aborted (expired)."),
+    OptionSpec("execution.checkpointing.tolerable-failed-checkpoints", "0",
+               "Consecutive failed checkpoints tolerated before the query fails."),
+    OptionSpec("restart.budget.ms", "300000",
+               "How long a crashed query may take to restart: pre-committed transactions must "
+               "survive it (transaction-timeout guard)."),
+    OptionSpec("state.checkpoints.num-retained", "3",
+               "Completed checkpoints kept; older ones are discarded (savepoints never)."),
+    OptionSpec("s3.", None, "S3 settings of an s3:// checkpoint.storage or output path: "
+               "s3.endpoint, s3.region, s3.access.key, s3.secret.key (secrets never logged).",
+               is_prefix=True),
+]
 
-KAFKA_SINK_OPTIONS: Dict[str, tuple] = {
-    "kafka.bootstrap.servers": (None, "Kafka brokers (required). Any other kafka.* option is "
-                                "passed to the producer (kafka-python names, dots allowed)."),
-    "topic": (None, "Topic for every record; overrides a `topic` column as in Spark's sink."),
-    "transactionalIdPrefix": ("barrier-kafka-<hash of checkpointLocation>",
-                              "Prefix of every transactional.id this sink uses. Two queries "
-                              "with different prefixes never fence each other."),
-    "kafka.transaction.timeout.ms": ("900000", "Kafka transaction timeout; must exceed "
-                                     "interval + checkpoint timeout + restart budget and not "
-                                     "exceed the broker's transaction.max.timeout.ms."),
-}
+KAFKA_SINK_OPTIONS: List[OptionSpec] = [
+    OptionSpec("kafka.bootstrap.servers", None, "Kafka brokers.", is_required=True),
+    OptionSpec("kafka.", None, "Any other Kafka producer setting (kafka-python names with dots, "
+               "e.g. kafka.security.protocol).", is_prefix=True),
+    OptionSpec("topic", None, "Topic for every record; overrides a `topic` column as in "
+               "Spark's Kafka sink."),
+    OptionSpec("transactionalIdPrefix", "barrier-kafka-<hash of checkpointLocation>",
+               "Prefix of every transactional.id this sink uses. Queries with different "
+               "prefixes never fence each other."),
+    OptionSpec("kafka.transaction.timeout.ms", "900000",
+               "Kafka transaction timeout: at least interval + checkpoint timeout + restart "
+               "budget, at most the broker's transaction.max.timeout.ms."),
+]
 
-FILE_SINK_OPTIONS: Dict[str, tuple] = {
-    "path": (None, "Output folder: a local path, file:// or s3://bucket/prefix (required)."),
-}
+FILE_SINK_OPTIONS: List[OptionSpec] = [
+    OptionSpec("path", None, "Output folder: a local path, file:// or s3://bucket/prefix.",
+               is_required=True),
+]
 
-SECRET_KEYS = ("password", "secret", "jaas", "token", "key.password")
-
-
-def is_secret(name: str) -> bool:
-    lowered = name.lower()
-    return any(s in lowered for s in SECRET_KEYS) and name != "s3.access.key"
+#: Options Spark itself adds to a sink's options.
+SPARK_ADDED = ("checkpointLocation", "queryName", "path")
 
 
-def redact(options: Mapping[str, str]) -> Dict[str, str]:
-    return {k: ("***" if is_secret(k) else v) for k, v in options.items()}
+def _default(specs: List[OptionSpec], name: str) -> Optional[str]:
+    return next(s.default for s in specs if s.name == name)
 
 
 def _int(options: Mapping[str, str], name: str, default: object) -> int:
@@ -79,17 +78,8 @@ def _int(options: Mapping[str, str], name: str, default: object) -> int:
     return value
 
 
-def _check_unknown(options: Mapping[str, str], known: Dict[str, tuple]) -> None:
-    import difflib
-
-    lower_known = {k.lower(): k for k in known}
-    for name in options:
-        if name.lower() in lower_known or name.lower().startswith("kafka."):
-            continue
-        close = difflib.get_close_matches(name.lower(), lower_known, n=1)
-        hint = f" Did you mean '{lower_known[close[0]]}'?" if close else ""
-        raise InvalidOptionError(f"Unknown sink option '{name}'.{hint} Valid options: "
-                                 f"{', '.join(sorted(known))} and kafka.*.")
+def _check_unknown(options: Mapping[str, str], specs: List[OptionSpec], component: str) -> None:
+    check_known_options(options, specs, component, ignore=SPARK_ADDED)
 
 
 def _get(options: Mapping[str, str], name: str) -> Optional[str]:
@@ -140,7 +130,6 @@ class CheckpointSinkOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "CheckpointSinkOptions":
-        t = COMMON_SINK_OPTIONS
         location = _get(options, "checkpointLocation")
         storage = _get(options, "checkpoint.storage")
         if not storage:
@@ -153,7 +142,7 @@ class CheckpointSinkOptions:
         lowered = {k.lower(): v for k, v in options.items()}
 
         def num(name: str) -> int:
-            return _int(options, name, t[name][0])
+            return _int(options, name, _default(COMMON_SINK_OPTIONS, name))
 
         return cls(
             checkpoint_location=location or storage,
@@ -184,14 +173,14 @@ class KafkaSinkOptions:
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> "KafkaSinkOptions":
-        _check_unknown(options, {**COMMON_SINK_OPTIONS, **KAFKA_SINK_OPTIONS})
+        _check_unknown(options, COMMON_SINK_OPTIONS + KAFKA_SINK_OPTIONS, "barrier-kafka sink")
         checkpoint = CheckpointSinkOptions.parse(options)
         prefix = _get(options, "transactionalIdPrefix")
         if not prefix:
             digest = hashlib.sha1(checkpoint.checkpoint_location.encode()).hexdigest()[:12]
             prefix = f"barrier-kafka-{digest}"
         timeout = _int(options, "kafka.transaction.timeout.ms",
-                       KAFKA_SINK_OPTIONS["kafka.transaction.timeout.ms"][0])
+                       _default(KAFKA_SINK_OPTIONS, "kafka.transaction.timeout.ms"))
         opts = cls(checkpoint, _get(options, "topic"), prefix, timeout,
                    kafka_client_config(options))
         opts.check_transaction_timeout()

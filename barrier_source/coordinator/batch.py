@@ -56,7 +56,9 @@ def sink_task_id(channel: str) -> str:
 
 def _channel_offsets(channel: str, offset) -> Dict[str, Dict[str, int]]:
     topic, _, partition = str(channel).rpartition(":")
-    if not topic:
+    if not topic or ":" in topic:
+        # Operator output channels ("op:<id>:<kg>") are not Kafka partitions: Kafka topic names
+        # cannot contain ':'. Only source channels carry offsets to commit and restore from.
         return {}
     return {topic: {partition: int(offset)}}
 

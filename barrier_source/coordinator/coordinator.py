@@ -37,6 +37,7 @@ from barrier_source.coordinator.completed import CompletedCheckpoint
 from barrier_source.coordinator.durable import CoordinatorState, DurablePendingStore
 from barrier_source.coordinator.failure import (CheckpointException, CheckpointFailureManager,
                                                 CheckpointFailureReason)
+from barrier_source.faults import maybe_crash
 from barrier_source.coordinator.pending import (AcknowledgeResult, PendingCheckpoint,
                                                 TaskAcknowledgement)
 from state_backends.base import StateBackend
@@ -353,7 +354,7 @@ class CheckpointCoordinator:
         # Steps 1-2. finalize; the metadata is written last, then retention runs.
         try:
             completed = pending.finalize(self.clock.now_ms(), self._current_batch,
-                                         persist=lambda c: self.store.add(c.to_metadata()))
+                                         persist=self._persist_metadata)
         except StateBackendError as exc:
             logger.error("checkpoint %d: could not write metadata: %s", n, exc)
             self._abort(pending, CheckpointFailureReason.FINALIZE_CHECKPOINT_FAILURE, str(exc))
@@ -385,6 +386,10 @@ class CheckpointCoordinator:
                     completed.state_size_bytes, completed.duration_ms)
         # Step 6. notify.
         self._notify(lambda lst: lst.notify_checkpoint_complete(n, completed))
+
+    def _persist_metadata(self, completed: CompletedCheckpoint) -> None:
+        maybe_crash("commit_before_metadata")  # crash-injection point of the exactly-once tests
+        self.store.add(completed.to_metadata())
 
     def _abort(self, pending: PendingCheckpoint, reason: CheckpointFailureReason,
                detail: str) -> None:

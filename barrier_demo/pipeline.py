@@ -1,0 +1,162 @@
+"""The exactly-once Kafka-to-Kafka pipeline used by the demo and the kill-and-restart tests.
+
+``barrier-kafka`` source -> keyed running count (aligned barriers, keyed state snapshots) ->
+two-phase-commit Kafka sink. For every input record with key k the output holds one record
+``"k:<i>"`` where i is k's running count: with exactly-once, the output for k is
+``k:1 .. k:N_k``, each exactly once, so any lost or duplicated record (input or output) shows.
+
+Runs in the driver process. ``python -m barrier_demo.pipeline`` runs it until every input record
+is in a committed checkpoint (or a bound passes), then stops; it is what tests SIGKILL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+from barrier_ops.function import KeyedProcessFunction
+
+logger = logging.getLogger(__name__)
+
+OUTPUT_SCHEMA = "key string, value string"
+
+
+class RunningCountPerRecord(KeyedProcessFunction):
+    """Emits ``"<key>:<running count>"`` for each record of the key (executor)."""
+
+    def process_records(self, key, records, state):
+        count = state.value_state("count", 0)
+        start = count.value()
+        count.update(start + len(records))
+        k = bytes(key).decode("utf-8", "replace") if isinstance(key, (bytes, bytearray)) else str(key)
+        return [(k, f"{k}:{start + i}") for i in range(1, len(records) + 1)]
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    bootstrap: str
+    input_topic: str
+    output_topic: str
+    workdir: str
+    group_id: str
+    transactional_id_prefix: str
+    max_offsets_per_trigger: int = 50_000
+    max_parallelism: int = 16
+    checkpoint_every_batches: int = 1
+
+    @property
+    def storage(self) -> str:
+        return os.path.join(self.workdir, "storage")
+
+    @property
+    def spark_checkpoint(self) -> str:
+        return os.path.join(self.workdir, "spark-checkpoint")
+
+
+def start_pipeline(spark, cfg: PipelineConfig):
+    """Build and start the streaming query (driver); returns the StreamingQuery."""
+    from barrier_ops.operator import keyed_process
+
+    src = (spark.readStream.format("barrier-kafka")
+           .option("kafka.bootstrap.servers", cfg.bootstrap)
+           .option("subscribe", cfg.input_topic)
+           .option("startingOffsets", "earliest")
+           .option("kafka.group.id", cfg.group_id)
+           .option("maxOffsetsPerTrigger", str(cfg.max_offsets_per_trigger))
+           .option("execution.checkpointing.interval-batches", str(cfg.checkpoint_every_batches))
+           .option("checkpoint.storage", cfg.storage)
+           .load())
+    counted = keyed_process(src, "key", RunningCountPerRecord(), OUTPUT_SCHEMA,
+                            operator_id="running-count", state_backend=cfg.storage,
+                            max_parallelism=cfg.max_parallelism)
+    return (counted.writeStream.format("barrier-kafka")
+            .option("kafka.bootstrap.servers", cfg.bootstrap)
+            .option("topic", cfg.output_topic)
+            .option("transactionalIdPrefix", cfg.transactional_id_prefix)
+            .option("checkpoint.storage", cfg.storage)
+            .option("checkpointLocation", cfg.spark_checkpoint)
+            .queryName(f"barrier-demo-{cfg.group_id}")
+            .start())
+
+
+def input_end_offsets(bootstrap: str, topic: str) -> Dict[str, int]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+        return {str(tp.partition): o for tp, o in consumer.end_offsets(parts).items()}
+    finally:
+        consumer.close()
+
+
+def completed_offsets(cfg: PipelineConfig) -> Optional[dict]:
+    path = os.path.join(cfg.storage, "_completed_offsets.json")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
+def is_caught_up(cfg: PipelineConfig, ends: Dict[str, int]) -> bool:
+    """True when the newest committed checkpoint covers every input record."""
+    done = completed_offsets(cfg)
+    if done is None:
+        return False
+    got = done["offsets"].get(cfg.input_topic, {})
+    return all(int(got.get(p, -1)) >= end for p, end in ends.items())
+
+
+def run_until_caught_up(spark, cfg: PipelineConfig, timeout_s: float = 600.0,
+                        progress=None) -> float:
+    """Run the pipeline until every input record is committed; returns the seconds it took."""
+    ends = input_end_offsets(cfg.bootstrap, cfg.input_topic)
+    started = time.monotonic()
+    query = start_pipeline(spark, cfg)
+    try:
+        while not is_caught_up(cfg, ends):
+            if query.exception() is not None:
+                raise query.exception()
+            if time.monotonic() - started > timeout_s:
+                raise TimeoutError(f"pipeline did not commit all input within {timeout_s:.0f}s")
+            if progress is not None:
+                progress(completed_offsets(cfg), ends)
+            query.awaitTermination(0.5)
+    finally:
+        query.stop()
+    return time.monotonic() - started
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m barrier_demo.pipeline")
+    parser.add_argument("--bootstrap", required=True)
+    parser.add_argument("--input", required=True)
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--group", required=True)
+    parser.add_argument("--prefix", required=True)
+    parser.add_argument("--max-offsets-per-trigger", type=int, default=50_000)
+    parser.add_argument("--shuffle-partitions", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=600)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    from kafka_harness.spark import build_spark
+
+    spark = build_spark("barrier-demo-pipeline", shuffle_partitions=args.shuffle_partitions)
+    cfg = PipelineConfig(args.bootstrap, args.input, args.output, args.workdir, args.group,
+                         args.prefix, args.max_offsets_per_trigger)
+    took = run_until_caught_up(spark, cfg, args.timeout)
+    print(json.dumps({"caught_up_seconds": round(took, 1)}), flush=True)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
