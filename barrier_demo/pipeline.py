@@ -105,13 +105,31 @@ def completed_offsets(cfg: PipelineConfig) -> Optional[dict]:
         return None
 
 
+def group_offsets(cfg: PipelineConfig, partitions) -> Dict[str, int]:
+    """The consumer group's committed offsets of the input topic (-1: none)."""
+    from kafka import TopicPartition
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=cfg.bootstrap)
+    try:
+        tps = [TopicPartition(cfg.input_topic, int(p)) for p in partitions]
+        got = admin.list_group_offsets({cfg.group_id: tps})[cfg.group_id]
+        return {str(tp.partition): (om.offset if om is not None else -1)
+                for tp, om in got.items()}
+    finally:
+        admin.close()
+
+
 def is_caught_up(cfg: PipelineConfig, ends: Dict[str, int]) -> bool:
-    """True when the newest committed checkpoint covers every input record."""
+    """True when the newest committed checkpoint covers every input record and the source
+    committed its offsets to the consumer group."""
     done = completed_offsets(cfg)
     if done is None:
         return False
-    got = done["offsets"].get(cfg.input_topic, {})
-    return all(int(got.get(p, -1)) >= end for p, end in ends.items())
+    got = {p: int(o) for p, o in done["offsets"].get(cfg.input_topic, {}).items()}
+    if not all(got.get(p, -1) >= end for p, end in ends.items()):
+        return False
+    return group_offsets(cfg, ends) == got
 
 
 def run_until_caught_up(spark, cfg: PipelineConfig, timeout_s: float = 600.0,
@@ -147,8 +165,10 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    from barrier_source.faults import record_pipeline_group
     from kafka_harness.spark import build_spark
 
+    record_pipeline_group()
     spark = build_spark("barrier-demo-pipeline", shuffle_partitions=args.shuffle_partitions)
     cfg = PipelineConfig(args.bootstrap, args.input, args.output, args.workdir, args.group,
                          args.prefix, args.max_offsets_per_trigger)

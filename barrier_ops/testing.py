@@ -88,7 +88,7 @@ def rows_of_batch(batch: List[dict]) -> List[Tuple]:
                                   r["checkpoint_id"]))
         else:
             out.append(barrier_row(r["topic"], r["partition"], r["offset"], r["checkpoint_id"],
-                                   r["channels"]))
+                                   r["channels"], r.get("timestamp")))
     return out
 
 

@@ -1,7 +1,8 @@
 """Crash injection for the exactly-once tests: kill the whole pipeline at a named protocol step.
 
 Set ``BARRIER_KAFKA_CRASH_AT=<point>[:<occurrence>]`` and ``BARRIER_KAFKA_CRASH_DIR=<dir>`` in the
-environment of a pipeline process started in its own session (process group). The
+environment of a pipeline process started in its own session (process group), which records
+its group id in ``BARRIER_KAFKA_CRASH_PGID`` before starting Spark (:func:`record_pipeline_group`). The
 ``<occurrence>``-th time any Spark Python worker (executor or driver side) reaches ``point``, it
 SIGKILLs the whole process group: driver JVM, driver Python and every worker, as a machine loss
 would. A marker file in the crash dir makes each crash happen once, so the restarted pipeline
@@ -54,6 +55,21 @@ def maybe_crash(point: str) -> None:
             f.write(point)
             f.flush()
             os.fsync(f.fileno())
+        # PySpark's worker daemon runs in its own process group: kill the pipeline's group
+        # (recorded by the pipeline process in BARRIER_KAFKA_CRASH_PGID) first, then ours.
+        target = os.environ.get("BARRIER_KAFKA_CRASH_PGID")
+        if target:
+            try:
+                os.killpg(int(target), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         os.killpg(os.getpgid(0), signal.SIGKILL)
         os._exit(137)  # not reached unless killpg was refused
     return
+
+
+def record_pipeline_group() -> None:
+    """Call in the pipeline's driver process before Spark starts: crash points then kill this
+    whole process group (the JVM and its Python workers inherit the variable)."""
+    if os.environ.get("BARRIER_KAFKA_CRASH_AT"):
+        os.environ["BARRIER_KAFKA_CRASH_PGID"] = str(os.getpgid(0))
