@@ -146,7 +146,7 @@ def main(argv=None):
     from pyspark.sql import functions as F
 
     from barrier_ops.examples.word_count import keyed_count
-    from kafka_harness.pytest_plugin import build_spark
+    from kafka_harness.spark import build_spark
 
     spark = build_spark("bench-operator", shuffle_partitions=args.shuffle_partitions)
     spark.dataSource.register(GenSource)

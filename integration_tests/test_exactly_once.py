@@ -20,7 +20,7 @@ from kafka.admin import KafkaAdminClient
 
 from barrier_demo.verify import verify
 from barrier_sink.lingering import list_lingering
-from kafka_harness.pytest_plugin import create_topic
+from kafka_harness.topics import create_topic
 
 RECORDS = 200_000
 KEYS = 997

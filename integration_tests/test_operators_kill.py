@@ -50,7 +50,7 @@ def build_script() -> dict:
 # ---------------------------------------------------------------------- the job (subprocess)
 def job(workdir: str, pause: bool) -> None:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from kafka_harness.pytest_plugin import build_spark
+    from kafka_harness.spark import build_spark
 
     from barrier_ops import keyed_process
     from barrier_ops.testing import ScriptDataSource

@@ -14,6 +14,7 @@ import pytest
 from kafka_harness.broker import KafkaBroker
 from kafka_harness.s3 import S3Server
 from kafka_harness.spark import build_spark
+from kafka_harness.topics import create_topic
 
 
 class ExternalBroker:
@@ -56,13 +57,6 @@ def kafka_admin(bootstrap):
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
     yield admin
     admin.close()
-
-
-def create_topic(admin, name: str, partitions: int = 1) -> str:
-    from kafka.admin import NewTopic
-
-    admin.create_topics([NewTopic(name, partitions, 1)], timeout_ms=30000)
-    return name
 
 
 @pytest.fixture

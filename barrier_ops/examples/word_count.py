@@ -64,7 +64,7 @@ def main(argv=None) -> None:  # pragma: no cover - manual demo
     parser.add_argument("--max-parallelism", type=int, default=128)
     args = parser.parse_args(argv)
 
-    from kafka_harness.pytest_plugin import build_spark
+    from kafka_harness.spark import build_spark
 
     spark = build_spark("word-count", shuffle_partitions=4)
     src = (spark.readStream.format("barrier-kafka")
