@@ -23,6 +23,7 @@ logger = logging.getLogger(__name__)
 
 _NOT_FOUND = {"404", "NoSuchKey", "NotFound"}
 _DELETE_BATCH = 1000
+_LIST_PAGE = 1000
 
 
 def _boto3():
@@ -182,7 +183,8 @@ class S3StateBackend(StateBackend):
         queries = [base + "/"] if base else [""]
         for query in queries:
             paginator = self.client.get_paginator("list_objects_v2")
-            pages = paginator.paginate(Bucket=self.bucket, Prefix=query)
+            pages = paginator.paginate(Bucket=self.bucket, Prefix=query,
+                                       PaginationConfig={"PageSize": _LIST_PAGE})
             _boto, botocore = _boto3()
             try:
                 for page in pages:

@@ -1,0 +1,120 @@
+"""Contract every state backend must pass (memory, filesystem, S3 on the real S3 server)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+
+from state_backends.base import SnapshotHandle, normalize_path
+from state_backends.exceptions import (InvalidBackendOptionError, MissingChunkError,
+                                       SnapshotNotFoundError, StateBackendError)
+from state_backends.registry import SUPPORTED_BACKENDS
+
+
+@pytest.mark.parametrize("backend", SUPPORTED_BACKENDS, indirect=True, ids=lambda c: c.__name__)
+class TestBackendContract:
+    def test_put_get_roundtrip_and_overwrite(self, backend):
+        payload = os.urandom(4096) + b"\x00\xff"
+        backend.put("a/b/blob", payload)
+        assert backend.get("a/b/blob") == payload
+        backend.put("a/b/blob", b"second")
+        assert backend.get("a/b/blob") == b"second"
+        backend.put("empty", b"")
+        assert backend.get("empty") == b""
+
+    def test_get_missing_names_location(self, backend):
+        with pytest.raises(SnapshotNotFoundError) as info:
+            backend.get("chk-9/op-x/kg-0")
+        assert "chk-9/op-x/kg-0" in str(info.value)
+        assert backend.describe() in str(info.value)
+
+    def test_exists_is_exact(self, backend):
+        backend.put("chk-1/op-a/kg-0", b"x")
+        assert backend.exists("chk-1/op-a/kg-0")
+        assert not backend.exists("chk-1/op-a/kg-1")
+        assert not backend.exists("chk-1")  # a folder is not an object
+
+    def test_list_uses_path_components(self, backend):
+        for p in ("chk-1/_metadata", "chk-1/op-a/kg-0", "chk-10/_metadata", "chk-2/op-a/kg-1",
+                  "sink/batch-1.json"):
+            backend.put(p, p.encode())
+        assert backend.list("chk-1") == ["chk-1/_metadata", "chk-1/op-a/kg-0"]
+        assert backend.list("chk-1/") == ["chk-1/_metadata", "chk-1/op-a/kg-0"]
+        assert backend.list("sink/") == ["sink/batch-1.json"]
+        assert backend.list("chk-1/_metadata") == ["chk-1/_metadata"]
+        everything = backend.list("")
+        assert everything == sorted(everything) and len(everything) == 5
+        assert backend.list("nope") == []
+        assert list(backend.checkpoint_ids_on_storage()) == [1, 2, 10]
+
+    def test_delete_prefix_never_touches_siblings(self, backend):
+        for p in ("chk-1/op-a/kg-0", "chk-1/_metadata", "chk-10/op-a/kg-0", "chk-1x"):
+            backend.put(p, b"x")
+        backend.delete_prefix("chk-1")
+        assert backend.list("") == ["chk-10/op-a/kg-0", "chk-1x"]
+        backend.delete_prefix("chk-1")  # idempotent
+        backend.delete_prefix("chk-10/op-a/kg-0")  # a single object
+        assert backend.list("") == ["chk-1x"]
+
+    def test_snapshot_roundtrip(self, backend):
+        data = os.urandom(10_000)
+        handle = backend.write_snapshot(3, "agg", 7, data)
+        assert (handle.checkpoint_id, handle.operator_id, handle.key_group) == (3, "agg", 7)
+        assert handle.size_bytes == len(data)
+        again = SnapshotHandle.from_json(handle.to_json())  # travels as JSON in ack rows
+        assert backend.read_snapshot(again) == data
+        if backend.inline_snapshots:
+            assert handle.path is None and handle.inline == data
+        else:
+            assert handle.path == "chk-3/op-agg/kg-7" and backend.exists(handle.path)
+
+    def test_missing_or_truncated_chunk_is_reported(self, backend):
+        handle = backend.write_snapshot(4, "agg", 0, b"0123456789")
+        if backend.inline_snapshots:
+            bad = SnapshotHandle(4, "agg", 0, None, 11, b"0123456789")
+        else:
+            backend.put(handle.path, b"01234")
+            bad = handle
+        with pytest.raises(MissingChunkError) as info:
+            backend.read_snapshot(bad)
+        assert info.value.checkpoint_id == 4 and "checkpoint 4" in str(info.value)
+        if not backend.inline_snapshots:
+            backend.delete_prefix(handle.path)
+            with pytest.raises(MissingChunkError, match="missing at .*chk-4/op-agg/kg-0"):
+                backend.read_snapshot(handle)
+
+    def test_invalid_paths_are_rejected(self, backend):
+        for bad in ("../escape", "a/../b", "a//b", "/abs"):
+            with pytest.raises(InvalidBackendOptionError):
+                backend.put(bad, b"x")
+
+    def test_pickled_copy_sees_the_same_objects(self, backend):
+        backend.put("shared/obj", b"payload")
+        clone = pickle.loads(pickle.dumps(backend))
+        assert clone.get("shared/obj") == b"payload"
+        assert clone == backend and hash(clone) == hash(backend)
+        clone.put("shared/other", b"2")
+        assert backend.get("shared/other") == b"2"
+
+    def test_describe_and_repr_hold_no_secret(self, backend):
+        secret = getattr(getattr(backend, "options", None), "secret_key", None)
+        text = repr(backend) + backend.describe() + backend.location("chk-1/_metadata")
+        assert backend.describe().split(":", 1)[0] in ("memory", "file", "s3")
+        if secret is not None:
+            assert secret not in text
+
+
+def test_normalize_path():
+    assert normalize_path("a/b/") == "a/b"
+    assert normalize_path("", allow_root=True) == ""
+    with pytest.raises(InvalidBackendOptionError):
+        normalize_path("")
+
+
+def test_state_backend_error_root():
+    from barrier_source.exceptions import BarrierKafkaError
+
+    assert issubclass(StateBackendError, BarrierKafkaError)
+    assert issubclass(SnapshotNotFoundError, StateBackendError)
