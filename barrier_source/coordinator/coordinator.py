@@ -17,8 +17,10 @@ Completion of checkpoint n (numbered as in ``_complete``):
 4. Older pending checkpoints are subsumed (savepoints excepted); the failure count resets.
 5. Bookkeeping is persisted (``pending/_coordinator.json``, pending files removed) and debris
    of aborted checkpoints older than n is discarded.
-6. ``notify_checkpoint_complete(n, completed)`` on every listener; a failing listener does
-   not stop the others, the first error is re-raised afterwards (as Flink's 2PC sink does).
+6. ``notify_checkpoint_complete(n, completed)`` on every listener, then
+   ``notify_checkpoint_aborted(m, CHECKPOINT_SUBSUMED)`` for the subsumed ones; a failing
+   listener does not stop the others, the first error is re-raised afterwards (as Flink's 2PC
+   sink does).
 
 A crash between 2 and 5 is reconciled on the next load: the pending file of a checkpoint
 whose metadata exists is dropped and the bookkeeping (steps 3-5) redone; listeners must be
@@ -53,7 +55,9 @@ class CheckpointListener(Protocol):
     """Receives checkpoint outcomes (source offset commit, sink transaction commit).
 
     Both methods may be called more than once for the same checkpoint (batch replay): they
-    must be idempotent.
+    must be idempotent. Completion of n is notified before the aborts of the older pending
+    checkpoints it subsumed; a ``CHECKPOINT_SUBSUMED`` abort means that checkpoint's data is
+    covered by n (commit everything <= n), never that it must be rolled back.
     """
 
     def notify_checkpoint_complete(self, checkpoint_id: int,
@@ -276,12 +280,15 @@ class CheckpointCoordinator:
                 if checkpoint_id in self.state.aborted:
                     logger.debug("checkpoint %d: late ack from %s for an aborted checkpoint",
                                  checkpoint_id, task_id)
+                    self._discard_late_state(checkpoint_id, ack)
                     return AcknowledgeResult.DISCARDED
                 if checkpoint_id <= self.state.last_completed_id:
                     logger.debug("checkpoint %d: late ack from %s after completion/subsumption",
                                  checkpoint_id, task_id)
-                    return AcknowledgeResult.DUPLICATE if self._was_completed(
-                        checkpoint_id) else AcknowledgeResult.DISCARDED
+                    if self._was_completed(checkpoint_id):
+                        return AcknowledgeResult.DUPLICATE  # replay: its state is in use
+                    self._discard_late_state(checkpoint_id, ack)
+                    return AcknowledgeResult.DISCARDED
                 logger.warning("checkpoint %d: ack from %s for a checkpoint never triggered",
                                checkpoint_id, task_id)
                 return AcknowledgeResult.UNKNOWN
@@ -293,7 +300,18 @@ class CheckpointCoordinator:
             elif result is AcknowledgeResult.UNKNOWN:
                 logger.warning("checkpoint %d: ack from unexpected task %s", checkpoint_id,
                                task_id)
+                self._discard_late_state(checkpoint_id, ack)
             return result
+
+    def _discard_late_state(self, checkpoint_id: int, ack: Optional[TaskAcknowledgement]) -> None:
+        """Delete snapshot blobs nobody will reference (Flink: ``discardSubtaskState``)."""
+        for h in (ack.snapshots if ack else ()):
+            if h.path:
+                try:
+                    self.backend.delete_prefix(h.path)
+                except StateBackendError as exc:
+                    logger.warning("checkpoint %d: could not discard late state %s: %s",
+                                   checkpoint_id, h.path, exc)
 
     def _was_completed(self, checkpoint_id: int) -> bool:
         stats = read_stats(self.backend, checkpoint_id)
@@ -368,10 +386,12 @@ class CheckpointCoordinator:
         self.state.last_completed_id = max(self.state.last_completed_id, n)
         self.failure_manager.handle_checkpoint_success(n)
         self._forget(n)
+        subsumed = []
         for m, older in sorted(self._pending.items()):
             if m < n and older.can_be_subsumed():
                 self._abort(older, CheckpointFailureReason.CHECKPOINT_SUBSUMED,
-                            f"Checkpoint {n} completed first.")
+                            f"Checkpoint {n} completed first.", notify=False)
+                subsumed.append(m)
         self.state.aborted = {m: r for m, r in self.state.aborted.items() if m > n}
         self.state.early_transactions = {m: t for m, t in self.state.early_transactions.items()
                                          if m > n}
@@ -384,15 +404,18 @@ class CheckpointCoordinator:
             logger.warning("checkpoint %d: debris cleanup failed: %s", n, exc)
         logger.info("checkpoint %d: completed (%d bytes of state in %d ms)", n,
                     completed.state_size_bytes, completed.duration_ms)
-        # Step 6. notify.
+        # Step 6. notify: completion first, then the checkpoints it subsumed.
         self._notify(lambda lst: lst.notify_checkpoint_complete(n, completed))
+        for m in subsumed:
+            self._notify(lambda lst, m=m: lst.notify_checkpoint_aborted(
+                m, CheckpointFailureReason.CHECKPOINT_SUBSUMED))
 
     def _persist_metadata(self, completed: CompletedCheckpoint) -> None:
         maybe_crash("commit_before_metadata")  # crash-injection point of the exactly-once tests
         self.store.add(completed.to_metadata())
 
     def _abort(self, pending: PendingCheckpoint, reason: CheckpointFailureReason,
-               detail: str) -> None:
+               detail: str, notify: bool = True) -> None:
         n = pending.checkpoint_id
         if not pending.is_discarded:
             pending.abort(reason, detail)
@@ -410,7 +433,8 @@ class CheckpointCoordinator:
             self.store.discard(n, keep_stats=True)
         except StateBackendError as exc:
             logger.warning("checkpoint %d: could not discard its state: %s", n, exc)
-        self._notify(lambda lst: lst.notify_checkpoint_aborted(n, reason))
+        if notify:
+            self._notify(lambda lst: lst.notify_checkpoint_aborted(n, reason))
 
     def _notify(self, call) -> None:
         first_error = None

@@ -95,7 +95,7 @@ def test_expiry_by_injected_clock(backend, clock):
 
 
 def test_newer_completion_subsumes_older_pending_but_not_savepoints(backend, clock):
-    validator = CheckpointSequenceValidator(-1, 3)
+    validator = CheckpointSequenceValidator(3, -1)
     c = new_coordinator(backend, clock, [validator])
     c.trigger(1, clock.now_ms(), TASKS)
     c.trigger(2, clock.now_ms(), TASKS, is_savepoint=True)
