@@ -3,10 +3,14 @@
 The sink's commit messages carry three things (``docs/internals/protocol.md``):
 
 * **barriers** that reached the sink: ``{"checkpoint_id", "channel": "topic:partition",
-  "offset", "channels": [...], "timestamp"}``;
+  "offset", "channels": [...], "timestamp"}``; behind an operator the channels are
+  ``op:<id>:<k>`` and their offsets are operator sequences, not Kafka offsets;
 * **acks** of operator key groups: JSON (string or dict) ``{"operator_id", "key_group",
   "num_key_groups", "checkpoint_id", "snapshot", "offsets", "metrics"}``;
 * **handles**: the sink's pre-committed transactions, each with its epoch ``checkpoint_id``.
+
+Source offsets of checkpoint n (metadata, consumer-group commit) = the Kafka offsets of the
+acks' ``offsets`` and of barriers on Kafka channels; ``op:*`` topics are dropped.
 
 Task ids: ``op:<operator_id>:kg:<k>`` for each key group and ``sink:<channel>`` for each
 channel of the barrier (the sink acknowledges checkpoint n on a channel when barrier n of that
@@ -54,24 +58,35 @@ def sink_task_id(channel: str) -> str:
     return f"sink:{channel}"
 
 
+def is_kafka_topic(topic: str) -> bool:
+    """Operator output channels are ``op:<id>:<k>`` (``:`` is illegal in Kafka topic names):
+    their offsets are operator sequences, never consumer-group offsets."""
+    return bool(topic) and ":" not in topic
+
+
+def kafka_offsets(offsets) -> Dict[str, Dict[str, int]]:
+    return {t: dict(p) for t, p in (offsets or {}).items() if is_kafka_topic(str(t))}
+
+
 def _channel_offsets(channel: str, offset) -> Dict[str, Dict[str, int]]:
+    # Only source channels carry offsets to commit and restore from.
     topic, _, partition = str(channel).rpartition(":")
-    if not topic or ":" in topic:
-        # Operator output channels ("op:<id>:<kg>") are not Kafka partitions: Kafka topic names
-        # cannot contain ':'. Only source channels carry offsets to commit and restore from.
+    if not is_kafka_topic(topic) or offset is None:
         return {}
     return {topic: {partition: int(offset)}}
 
 
-def parse_ack(raw) -> Tuple[int, str, str, int, TaskAcknowledgement]:
-    """``(checkpoint_id, task_id, operator_id, num_key_groups, ack)`` of one ack row."""
+def parse_ack(raw) -> Tuple[int, str, str, int, TaskAcknowledgement, Optional[int]]:
+    """``(checkpoint_id, task_id, operator_id, num_key_groups, ack, checkpoint_timestamp)`` of
+    one ack row (only Kafka offsets are kept)."""
     d = json.loads(raw) if isinstance(raw, (str, bytes)) else dict(raw)
     snap = d.get("snapshot")
     snapshots = (SnapshotHandle.from_json(snap),) if snap else ()
     metrics = {k: v for k, v in (d.get("metrics") or {}).items() if isinstance(v, (int, float))}
-    ack = TaskAcknowledgement(snapshots, d.get("offsets") or {}, metrics)
+    ack = TaskAcknowledgement(snapshots, kafka_offsets(d.get("offsets")), metrics)
     return (int(d["checkpoint_id"]), operator_task_id(d["operator_id"], int(d["key_group"])),
-            d["operator_id"], int(d.get("num_key_groups") or 0), ack)
+            d["operator_id"], int(d.get("num_key_groups") or 0), ack,
+            d.get("checkpoint_timestamp"))
 
 
 def fold_batch(coordinator, batch_id: int, barriers: Iterable[dict], acks: Iterable,
@@ -82,7 +97,7 @@ def fold_batch(coordinator, batch_id: int, barriers: Iterable[dict], acks: Itera
     parsed = [parse_ack(a) for a in acks]
     operators = dict(coordinator.config.operators)
     learned = False
-    for _n, _t, op, nkg, _a in parsed:
+    for _n, _t, op, nkg, _a, _ts in parsed:
         if nkg and state.known_operators.get(op) != nkg:
             state.known_operators[op] = nkg
             learned = True
@@ -96,6 +111,9 @@ def fold_batch(coordinator, batch_id: int, barriers: Iterable[dict], acks: Itera
         arrived[n].append(b)
         if b.get("timestamp") is not None:
             timestamps[n] = min(timestamps.get(n, int(b["timestamp"])), int(b["timestamp"]))
+    for n, _t, _op, _nkg, _a, ts in parsed:
+        if ts is not None and n not in timestamps:
+            timestamps[n] = int(ts)
     by_epoch: Dict[int, List[dict]] = defaultdict(list)
     for h in handles:
         if h.get("checkpoint_id") is not None:
@@ -122,7 +140,7 @@ def fold_batch(coordinator, batch_id: int, barriers: Iterable[dict], acks: Itera
             for n, hs in sorted(by_epoch.items()):
                 coordinator.add_sink_transactions(n, hs)
             # Step 4. Acknowledge.
-            for n, task, _op, _nkg, ack in parsed:
+            for n, task, _op, _nkg, ack, _ts in parsed:
                 coordinator.receive_acknowledge(n, task, ack)
             for n in sorted(arrived):
                 coordinator.receive_acknowledge(n, SINK_BARRIER_TASK)

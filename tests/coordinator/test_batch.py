@@ -116,3 +116,20 @@ def test_barrier_of_a_timed_out_checkpoint_is_ignored_on_replay(backend, clock):
     c.on_batch(1, [barrier(1, "t:1", 5, clock.now_ms() - 60)], [])
     assert c.get_pending(1) is None and 1 in c.state.aborted
     assert c.failure_manager.continuous_failures == 1
+
+
+def test_operator_channels_are_not_kafka_offsets(backend, clock):
+    """Behind an operator the sink sees barriers on ``op:<id>:<k>`` channels; only the acks'
+    Kafka offsets become the checkpoint's source offsets."""
+    op_channels = ["op:agg:0", "op:agg:1"]
+    ack = json.loads(ack_json(backend, 1, 0, num_key_groups=2))
+    ack["offsets"]["op:upstream:0"] = {"0": 99}  # a chained operator's input cut
+    ack["checkpoint_timestamp"] = clock.now_ms() - 10
+    c = new_coordinator(backend, clock)
+    c.on_batch(0, [], [json.dumps(ack), ack_json(backend, 1, 1)])
+    assert c.get_pending(1).timestamp_ms == clock.now_ms() - 10
+    done = c.on_batch(1, [{"checkpoint_id": 1, "channel": ch, "offset": 7 + i,
+                           "channels": op_channels, "timestamp": clock.now_ms()}
+                          for i, ch in enumerate(op_channels)], [])
+    assert done.checkpoint_id == 1
+    assert done.offsets == {"t": {"0": 10, "1": 11}}
