@@ -42,7 +42,7 @@ from barrier_source.coordinator.failure import (CheckpointException, CheckpointF
 from barrier_source.faults import maybe_crash
 from barrier_source.coordinator.pending import (AcknowledgeResult, PendingCheckpoint,
                                                 TaskAcknowledgement)
-from state_backends.base import StateBackend
+from state_backends.base import StateBackend, metadata_path
 from state_backends.checkpoint_store import CompletedCheckpointStore
 from state_backends.exceptions import CheckpointMetadataError, StateBackendError
 from state_backends.metadata import Offsets
@@ -314,7 +314,9 @@ class CheckpointCoordinator:
                                    checkpoint_id, h.path, exc)
 
     def _was_completed(self, checkpoint_id: int) -> bool:
-        stats = read_stats(self.backend, checkpoint_id)
+        if self.backend.exists(metadata_path(checkpoint_id)):
+            return True
+        stats = read_stats(self.backend, checkpoint_id)  # completed, then retained away
         return stats is not None and stats.status == COMPLETED
 
     def decline(self, checkpoint_id: int, task_id: str, detail: str = "") -> bool:
