@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from state_backends.base import (METADATA_FILE, STATS_FILE, SnapshotHandle, StateBackend,
+from state_backends.base import (METADATA_FILE, STATS_FILE, StateBackend,
                                  checkpoint_dir, metadata_path, normalize_path, savepoint_dir,
                                  SAVEPOINT_PREFIX)
 from state_backends.exceptions import (CheckpointMetadataError, CheckpointNotFoundError,

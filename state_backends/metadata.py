@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from state_backends.base import SnapshotHandle
 from state_backends.exceptions import CorruptMetadataError, IncompatibleLayoutError
