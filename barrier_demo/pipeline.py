@@ -59,9 +59,16 @@ class PipelineConfig:
         return os.path.join(self.workdir, "spark-checkpoint")
 
 
-def start_pipeline(spark, cfg: PipelineConfig):
-    """Build and start the streaming query (driver); returns the StreamingQuery."""
+def start_pipeline(spark, cfg: PipelineConfig, sink: str = "barrier-kafka",
+                   trigger_s: Optional[float] = None):
+    """Build and start the streaming query (driver); returns the StreamingQuery.
+
+    ``sink="spark-kafka"`` ends the same pipeline in Spark's own (at-least-once) Kafka sink
+    instead of the two-phase-commit one (benchmarks; needs spark-sql-kafka-0-10 on the
+    classpath).
+    """
     from barrier_ops.operator import keyed_process
+    from barrier_ops.passthrough import records_only
 
     src = (spark.readStream.format("barrier-kafka")
            .option("kafka.bootstrap.servers", cfg.bootstrap)
@@ -75,12 +82,19 @@ def start_pipeline(spark, cfg: PipelineConfig):
     counted = keyed_process(src, "key", RunningCountPerRecord(), OUTPUT_SCHEMA,
                             operator_id="running-count", state_backend=cfg.storage,
                             max_parallelism=cfg.max_parallelism)
-    return (counted.writeStream.format("barrier-kafka")
-            .option("kafka.bootstrap.servers", cfg.bootstrap)
-            .option("topic", cfg.output_topic)
-            .option("transactionalIdPrefix", cfg.transactional_id_prefix)
-            .option("checkpoint.storage", cfg.storage)
-            .option("checkpointLocation", cfg.spark_checkpoint)
+    if sink == "spark-kafka":
+        writer = (records_only(counted).select("key", "value").writeStream.format("kafka")
+                  .option("kafka.bootstrap.servers", cfg.bootstrap)
+                  .option("topic", cfg.output_topic))
+    else:
+        writer = (counted.writeStream.format("barrier-kafka")
+                  .option("kafka.bootstrap.servers", cfg.bootstrap)
+                  .option("topic", cfg.output_topic)
+                  .option("transactionalIdPrefix", cfg.transactional_id_prefix)
+                  .option("checkpoint.storage", cfg.storage))
+    if trigger_s:
+        writer = writer.trigger(processingTime=f"{trigger_s} seconds")
+    return (writer.option("checkpointLocation", cfg.spark_checkpoint)
             .queryName(f"barrier-demo-{cfg.group_id}")
             .start())
 

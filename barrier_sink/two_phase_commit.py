@@ -27,7 +27,7 @@ from typing import Any, Dict, Iterator, List, Optional
 from pyspark.sql.datasource import DataSourceStreamWriter
 
 from barrier_sink.messages import SinkCommitMessage
-from barrier_source.faults import maybe_crash
+from barrier_source.faults import maybe_crash, maybe_fail
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +98,7 @@ class TwoPhaseCommitWriter(DataSourceStreamWriter, ABC):
                     message.records += 1
                     if message.records == 50:
                         maybe_crash("task_write")
+                        maybe_fail("task_write")
                 elif kind == "barrier":
                     message.barriers.append(barrier_of(row))
                 elif kind == "ack":

@@ -68,6 +68,27 @@ def maybe_crash(point: str) -> None:
     return
 
 
+class InjectedFailure(RuntimeError):
+    """Raised by :func:`maybe_fail`: a deliberate task failure of the tests."""
+
+
+def maybe_fail(point: str) -> None:
+    """Raise :class:`InjectedFailure` once when ``BARRIER_KAFKA_FAIL_AT=<point>`` (abort-path
+    tests: a failing task makes Spark abort the batch; nothing it wrote may become visible)."""
+    if os.environ.get("BARRIER_KAFKA_FAIL_AT") != point:
+        return
+    crash_dir = os.environ.get("BARRIER_KAFKA_CRASH_DIR")
+    if not crash_dir:
+        return
+    os.makedirs(crash_dir, exist_ok=True)
+    try:
+        fd = os.open(os.path.join(crash_dir, f"failed-{point}"), os.O_CREAT | os.O_EXCL)
+        os.close(fd)
+    except FileExistsError:
+        return
+    raise InjectedFailure(f"injected failure at {point}")
+
+
 def record_pipeline_group() -> None:
     """Call in the pipeline's driver process before Spark starts: crash points then kill this
     whole process group (the JVM and its Python workers inherit the variable)."""

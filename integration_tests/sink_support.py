@@ -58,3 +58,16 @@ def end_offsets(bootstrap: str, topic: str) -> Dict[int, int]:
     ends = {tp.partition: o for tp, o in consumer.end_offsets(parts).items()}
     consumer.close()
     return ends
+
+
+def run_script_to_sink(spark, script_path: str, sink_format: str, chk: str, **options) -> None:
+    """Stream a ``barrier-ops-script`` file into ``sink_format`` until all of it is processed."""
+    writer = (spark.readStream.format("barrier-ops-script").option("path", script_path).load()
+              .writeStream.format(sink_format).option("checkpointLocation", chk))
+    for k, v in options.items():
+        writer = writer.option(k, v)
+    query = writer.start()
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()

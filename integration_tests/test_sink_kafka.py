@@ -10,7 +10,8 @@ import pytest
 
 from barrier_ops.testing import ScriptDataSource, write_script
 from barrier_sink.lingering import list_lingering
-from integration_tests.sink_support import read_committed_topic, sealed_script
+from integration_tests.sink_support import (read_committed_topic, run_script_to_sink,
+                                            sealed_script)
 from state_backends.registry import backend_from_uri
 
 
@@ -20,18 +21,8 @@ def script_source(spark):
 
 
 def run_to_end(spark, script_path, out_topic, bootstrap, chk, **options):
-    writer = (spark.readStream.format("barrier-ops-script").option("path", script_path).load()
-              .writeStream.format("barrier-kafka")
-              .option("kafka.bootstrap.servers", bootstrap).option("topic", out_topic)
-              .option("checkpointLocation", chk))
-    for k, v in options.items():
-        writer = writer.option(k, v)
-    query = writer.start()
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
-    return query
+    run_script_to_sink(spark, script_path, "barrier-kafka", chk,
+                       **{"kafka.bootstrap.servers": bootstrap, "topic": out_topic}, **options)
 
 
 def test_source_rows_reach_kafka_exactly_once(spark, script_source, tmp_path, bootstrap,

@@ -1,0 +1,179 @@
+"""End-to-end throughput and output latency of the exactly-once Kafka-to-Kafka pipeline, against
+the same pipeline ending in Spark's own (at-least-once) Kafka sink, in the same run.
+
+    BARRIER_KAFKA_BOOTSTRAP=127.0.0.1:39092 python benchmarks/bench_sink.py [--records 200000]
+
+Pipeline (both variants): barrier-kafka source -> aligned keyed running count
+(``barrier_demo.pipeline``) -> sink. Variant A: the two-phase-commit ``barrier-kafka`` sink
+(output visible to ``read_committed`` when its checkpoint completes). Variant B: Spark's
+``kafka`` sink (spark-sql-kafka-0-10 from Maven Central) writing the same record rows.
+Throughput: input records / seconds until all output is visible to a read_committed consumer.
+Latency: input produced at a steady rate; per output record, the time from producing its input
+to the output being readable with read_committed, per trigger interval (checkpoint every batch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.bench_source import SPARK_KAFKA_PACKAGE, TOKEN_PROVIDER, token_provider_jar  # noqa: E402
+
+KEYS = 997
+
+
+def make_topic(bootstrap, partitions):
+    from kafka.admin import KafkaAdminClient
+
+    from kafka_harness.topics import create_topic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    name = create_topic(admin, "bench_sink_" + uuid.uuid4().hex[:8], partitions)
+    admin.close()
+    return name
+
+
+def produce(bootstrap, topic, records, rate=None, start_index=0):
+    """Keyed records ``i`` with key ``k<i % KEYS>``; returns {i: produce time}."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5, acks=1,
+                             batch_size=256 * 1024)
+    sent = {}
+    t0 = time.monotonic()
+    for i in range(start_index, start_index + records):
+        if rate:
+            due = t0 + (i - start_index) / rate
+            delay = due - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+        producer.send(topic, key=b"k%d" % (i % KEYS), value=b"v%07d" % i)
+        sent[i] = time.monotonic()
+    producer.flush()
+    producer.close()
+    return sent
+
+
+def count_visible(bootstrap, topic, expected, timeout_s, arrivals=None):
+    """Consume with read_committed until ``expected`` records arrived; records arrival times."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                             enable_auto_commit=False, fetch_max_wait_ms=50)
+    parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+    consumer.assign(parts)
+    consumer.seek_to_beginning(*parts)
+    got, deadline = 0, time.monotonic() + timeout_s
+    while got < expected and time.monotonic() < deadline:
+        for msgs in consumer.poll(timeout_ms=100, max_records=50_000).values():
+            now = time.monotonic()
+            got += len(msgs)
+            if arrivals is not None:
+                for m in msgs:
+                    arrivals[m.value] = now
+    consumer.close()
+    return got
+
+
+def start(spark, variant, bootstrap, src_topic, out_topic, workdir, trigger_s=None):
+    from barrier_demo.pipeline import PipelineConfig, start_pipeline
+
+    cfg = PipelineConfig(bootstrap, src_topic, out_topic, workdir, "bench-" + uuid.uuid4().hex[:6],
+                         "bench-" + uuid.uuid4().hex[:6], max_offsets_per_trigger=50_000)
+    return start_pipeline(spark, cfg, sink=variant, trigger_s=trigger_s)
+
+
+def throughput(spark, variant, bootstrap, src, records):
+    out = make_topic(bootstrap, 2)
+    work = tempfile.mkdtemp(prefix="bench-sink-")
+    t0 = time.monotonic()
+    query = start(spark, variant, bootstrap, src, out, work)
+    try:
+        got = count_visible(bootstrap, out, records, timeout_s=900)
+    finally:
+        query.stop()
+    elapsed = time.monotonic() - t0
+    if got < records:
+        raise RuntimeError(f"{variant}: only {got}/{records} outputs visible")
+    return elapsed
+
+
+def latency(spark, variant, bootstrap, trigger_s, rate, seconds):
+    src, out = make_topic(bootstrap, 4), make_topic(bootstrap, 2)
+    work = tempfile.mkdtemp(prefix="bench-lat-")
+    query = start(spark, variant, bootstrap, src, out, work, trigger_s=trigger_s)
+    arrivals = {}
+    n = int(rate * seconds)
+    reader = threading.Thread(target=count_visible, args=(bootstrap, out, n, seconds + 120,
+                                                          arrivals))
+    reader.start()
+    sent = produce(bootstrap, src, n, rate=rate)
+    reader.join()
+    query.stop()
+    per_key = {}
+    lat = []
+    for i in range(n):  # input i is the (i // KEYS + 1)-th record of key k<i % KEYS>
+        value = f"k{i % KEYS}:{i // KEYS + 1}".encode()
+        if value in arrivals:
+            lat.append(arrivals[value] - sent[i])
+    del per_key
+    lat.sort()
+    return lat, n
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--rate", type=float, default=1000.0, help="records/s for latency")
+    parser.add_argument("--latency-seconds", type=float, default=40.0)
+    parser.add_argument("--triggers", default="2,5", help="trigger intervals (s) for latency")
+    args = parser.parse_args()
+    bootstrap = os.environ.get("BARRIER_KAFKA_BOOTSTRAP", "127.0.0.1:39092")
+
+    from kafka_harness.spark import build_spark
+
+    spark = build_spark("bench-sink", shuffle_partitions=2,
+                        **{"spark.jars.packages": SPARK_KAFKA_PACKAGE,
+                           "spark.jars.excludes": TOKEN_PROVIDER,
+                           "spark.jars": token_provider_jar(),
+                           "spark.ui.showConsoleProgress": "false"})
+    src = make_topic(bootstrap, 4)
+    t0 = time.monotonic()
+    produce(bootstrap, src, args.records)
+    print(f"produced {args.records} keyed records in {time.monotonic() - t0:.1f}s", flush=True)
+    rows = []
+    for variant in ("spark-kafka", "barrier-kafka"):
+        seconds = throughput(spark, variant, bootstrap, src, args.records)
+        rows.append((variant, seconds, args.records / seconds))
+        print(f"{variant}: {seconds:.1f}s", flush=True)
+    print(f"\n{'sink (same pipeline)':<28} {'seconds':>8} {'records/s':>10}")
+    for variant, seconds, rate in rows:
+        print(f"{variant:<28} {seconds:8.1f} {rate:10,.0f}")
+    print(f"exactly-once / at-least-once throughput: {rows[1][2] / rows[0][2]:.2f}x")
+
+    print(f"\nlatency, produce -> visible (read_committed), {args.rate:.0f} records/s input")
+    print(f"{'sink':<16} {'trigger s':>9} {'p50 s':>7} {'p95 s':>7} {'max s':>7} {'seen':>9}")
+    for trigger_s in [float(t) for t in args.triggers.split(",")]:
+        for variant in ("spark-kafka", "barrier-kafka"):
+            lat, n = latency(spark, variant, bootstrap, trigger_s, args.rate,
+                             args.latency_seconds)
+            if not lat:
+                print(f"{variant:<16} {trigger_s:9.0f}   no output")
+                continue
+            p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]  # noqa: E731
+            print(f"{variant:<16} {trigger_s:9.0f} {p(0.5):7.2f} {p(0.95):7.2f} {lat[-1]:7.2f} "
+                  f"{len(lat):>5}/{n}", flush=True)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
