@@ -81,7 +81,7 @@ class FileTwoPhaseCommitWriter(TwoPhaseCommitWriter):
         from pyspark.sql.types import StructType
 
         return to_arrow_schema(StructType([f for f in self.schema.fields
-                                           if f.name in self.data_columns]))
+                                           if f.name in self.data_columns]), timezone="UTC")
 
     def begin_transaction(self, batch_id, partition_id, checkpoint_id):
         epoch = "n" if checkpoint_id is None else str(checkpoint_id)
