@@ -49,6 +49,7 @@ class PipelineConfig:
     max_offsets_per_trigger: int = 50_000
     max_parallelism: int = 16
     checkpoint_every_batches: int = 1
+    output_path: Optional[str] = None  # set: write to the barrier-files sink there, not Kafka
 
     @property
     def storage(self) -> str:
@@ -82,7 +83,13 @@ def start_pipeline(spark, cfg: PipelineConfig, sink: str = "barrier-kafka",
     counted = keyed_process(src, "key", RunningCountPerRecord(), OUTPUT_SCHEMA,
                             operator_id="running-count", state_backend=cfg.storage,
                             max_parallelism=cfg.max_parallelism)
-    if sink == "spark-kafka":
+    if cfg.output_path and sink == "barrier-kafka":
+        sink = "barrier-files"
+    if sink == "barrier-files":
+        writer = (counted.writeStream.format("barrier-files")
+                  .option("path", cfg.output_path)
+                  .option("checkpoint.storage", cfg.storage))
+    elif sink == "spark-kafka":
         writer = (records_only(counted).select("key", "value").writeStream.format("kafka")
                   .option("kafka.bootstrap.servers", cfg.bootstrap)
                   .option("topic", cfg.output_topic))
@@ -170,7 +177,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m barrier_demo.pipeline")
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--input", required=True)
-    parser.add_argument("--output", required=True)
+    parser.add_argument("--output", required=True, help="output topic (Kafka sink)")
+    parser.add_argument("--output-path", default=None,
+                        help="write Parquet files here with the barrier-files sink instead")
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--group", required=True)
     parser.add_argument("--prefix", required=True)
@@ -185,7 +194,8 @@ def main(argv=None) -> int:
     record_pipeline_group()
     spark = build_spark("barrier-demo-pipeline", shuffle_partitions=args.shuffle_partitions)
     cfg = PipelineConfig(args.bootstrap, args.input, args.output, args.workdir, args.group,
-                         args.prefix, args.max_offsets_per_trigger)
+                         args.prefix, args.max_offsets_per_trigger,
+                         output_path=args.output_path)
     took = run_until_caught_up(spark, cfg, args.timeout)
     print(json.dumps({"caught_up_seconds": round(took, 1)}), flush=True)
     spark.stop()

@@ -109,7 +109,8 @@ class S3FileStore(FileStore):
         try:
             return fn()
         except (ClientError, BotoCoreError) as exc:
-            code = getattr(exc, "response", {}).get("Error", {}).get("Code", type(exc).__name__)
+            code = ((getattr(exc, "response", None) or {}).get("Error", {}).get("Code")
+                    or type(exc).__name__)
             raise SinkError(f"S3 {what} of s3://{self.bucket}/{self._key(rel)} failed: {code}") \
                 from None
 
@@ -134,6 +135,7 @@ class S3FileStore(FileStore):
 
     def publish(self, staged: str, final: str) -> None:
         if self.exists(final):
+            self.delete(staged)  # a crash between copy and delete left the staged copy
             return
         client = self._client()
         self._call("copy", final, lambda: client.copy_object(

@@ -30,22 +30,20 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SPARK_KAFKA_PACKAGE = os.environ.get("SPARK_KAFKA_PACKAGE",
                                      "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0")
 TOKEN_PROVIDER = "org.apache.spark:spark-token-provider-kafka-0-10_2.13"
-TOKEN_PROVIDER_URL = ("https://repo1.maven.org/maven2/org/apache/spark/"
-                      "spark-token-provider-kafka-0-10_2.13/4.0.0/"
-                      "spark-token-provider-kafka-0-10_2.13-4.0.0.jar")
+TOKEN_PROVIDER_VERSION = "4.0.0"
 
 
 def token_provider_jar() -> str:
+    """The spark-token-provider jar, copied once from Maven Central by Maven into the cache."""
     from kafka_harness.jars import cache_root
 
-    path = cache_root() / "spark-kafka" / TOKEN_PROVIDER_URL.rsplit("/", 1)[1]
+    folder = cache_root() / "spark-kafka"
+    path = folder / f"spark-token-provider-kafka-0-10_2.13-{TOKEN_PROVIDER_VERSION}.jar"
     if not path.exists():
-        import urllib.request
-
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".part")
-        urllib.request.urlretrieve(TOKEN_PROVIDER_URL, tmp)
-        tmp.rename(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mvn", "-q", "-B", "dependency:copy",
+                        f"-Dartifact={TOKEN_PROVIDER}:{TOKEN_PROVIDER_VERSION}",
+                        f"-DoutputDirectory={folder}"], check=True, timeout=600)
     return str(path)
 
 

@@ -12,7 +12,7 @@ import uuid
 from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient
 
-from barrier_demo.verify import verify
+from barrier_demo.verify import verify, verify_files
 from barrier_sink.lingering import list_lingering
 from kafka_harness.topics import create_topic
 
@@ -33,7 +33,7 @@ def produce_input(admin, bootstrap: str, records: int, keys: int, partitions: in
 
 
 def run_pipeline(bootstrap, input_topic, output, workdir, group, prefix, env_extra=None,
-                 max_offsets_per_trigger=40_000):
+                 max_offsets_per_trigger=40_000, output_path=None):
     env = dict(os.environ)
     env.pop("BARRIER_KAFKA_CRASH_AT", None)
     env.update(env_extra or {})
@@ -41,6 +41,8 @@ def run_pipeline(bootstrap, input_topic, output, workdir, group, prefix, env_ext
            "--input", input_topic, "--output", output, "--workdir", workdir, "--group", group,
            "--prefix", prefix, "--max-offsets-per-trigger", str(max_offsets_per_trigger),
            "--timeout", str(PIPELINE_TIMEOUT_S)]
+    if output_path:
+        cmd += ["--output-path", output_path]
     with open(os.path.join(workdir, "run.log"), "ab") as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -66,11 +68,28 @@ def group_offsets(bootstrap, group, topic):
 def assert_exactly_once(bootstrap, input_topic, output, workdir, group, prefix, records):
     """Every expected output exactly once, no open transaction, group offsets = last
     completed checkpoint = the whole input."""
-    verdict = verify(bootstrap, input_topic, output)
+    assert_verdict(verify(bootstrap, input_topic, output), records)
+    assert list_lingering({"bootstrap_servers": bootstrap}, prefix) == []
+    assert_offsets_committed(bootstrap, input_topic, workdir, group, records)
+
+
+def assert_files_exactly_once(bootstrap, input_topic, path, workdir, group, records):
+    """The file sink's published files hold every expected output exactly once, nothing is
+    left staged, and group offsets = last completed checkpoint = the whole input."""
+    from barrier_sink.file_store import file_store_from_path
+
+    assert_verdict(verify_files(bootstrap, input_topic, path), records)
+    assert file_store_from_path(path, {}).list("_staging/") == [], "staged files left behind"
+    assert_offsets_committed(bootstrap, input_topic, workdir, group, records)
+
+
+def assert_verdict(verdict, records):
     assert verdict.input_records == records
     assert (verdict.duplicates, verdict.lost, verdict.unexpected) == (0, 0, 0), verdict
     assert verdict.output_records == records
-    assert list_lingering({"bootstrap_servers": bootstrap}, prefix) == []
+
+
+def assert_offsets_committed(bootstrap, input_topic, workdir, group, records):
     with open(os.path.join(workdir, "storage", "_completed_offsets.json")) as f:
         completed = json.load(f)
     assert sum(completed["offsets"][input_topic].values()) == records
@@ -81,11 +100,26 @@ def assert_exactly_once(bootstrap, input_topic, output, workdir, group, prefix, 
 def assert_prefix_exactly_once(bootstrap, output):
     """Mid-run check: what read_committed shows has no duplicate and, per key, is a prefix
     k:1..k:m of the expected output (nothing after a gap)."""
-    from collections import Counter, defaultdict
+    from collections import Counter
 
     from barrier_demo.verify import read_topic
 
-    got = Counter(read_topic(bootstrap, output))
+    return assert_prefix(Counter(read_topic(bootstrap, output)))
+
+
+def assert_files_prefix_exactly_once(path):
+    """Mid-run check of the file sink: the published files hold no duplicate and, per key, a
+    prefix k:1..k:m of the expected output."""
+    from collections import Counter
+
+    from barrier_demo.verify import read_published_files
+
+    return assert_prefix(Counter(read_published_files(path)))
+
+
+def assert_prefix(got):
+    from collections import defaultdict
+
     dups = {v: n for v, n in got.items() if n > 1}
     assert not dups, f"duplicates visible to read_committed: {list(dups.items())[:5]}"
     per_key = defaultdict(set)

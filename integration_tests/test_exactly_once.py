@@ -3,7 +3,8 @@ pipeline over 200,000 input records is SIGKILLed (driver JVM, driver Python and 
 as one process group) at each step of the checkpoint protocol, restarted from the same
 checkpoint location, and its ``read_committed`` output is checked record by record: every
 expected output exactly once, consumer-group offsets equal to the last completed checkpoint,
-no transaction left open.
+no transaction left open. The same pipeline ending in the Parquet file sink is killed the same
+way and its published files are checked the same way.
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ import uuid
 
 import pytest
 
-from integration_tests.pipeline_support import (assert_exactly_once, assert_prefix_exactly_once,
-                                                produce_input, run_pipeline)
+from integration_tests.pipeline_support import (assert_exactly_once,
+                                                assert_files_exactly_once,
+                                                assert_files_prefix_exactly_once,
+                                                assert_prefix_exactly_once, produce_input,
+                                                run_pipeline)
 
 RECORDS = 200_000
 KEYS = 997
@@ -37,30 +41,42 @@ def input_topic(kafka_admin, bootstrap):
     return produce_input(kafka_admin, bootstrap, RECORDS, KEYS)
 
 
-def test_sigkill_at_every_protocol_step_in_one_run(bootstrap, input_topic, topic_factory,
+@pytest.mark.parametrize("sink", ["kafka", "files"])
+def test_sigkill_at_every_protocol_step_in_one_run(sink, bootstrap, input_topic, topic_factory,
                                                    tmp_path):
     """One pipeline, killed at every protocol step in turn (each restart dies at the next
-    step), then run to the end: after every kill the committed output is a duplicate-free
-    prefix, and at the end every expected record is there exactly once."""
-    output = topic_factory(2, prefix="eo_out_chain")
+    step), then run to the end: after every kill the committed output (read_committed for the
+    Kafka sink, the published files for the file sink) is a duplicate-free prefix, and at the
+    end every expected record is there exactly once."""
+    output = topic_factory(2, prefix=f"eo_out_chain_{sink}")
+    output_path = str(tmp_path / "files-out") if sink == "files" else None
     workdir = str(tmp_path)
     group, prefix = f"eo-chain-{uuid.uuid4().hex[:6]}", f"eo-chain-{uuid.uuid4().hex[:6]}"
+
+    def committed_prefix():
+        if output_path:
+            return assert_files_prefix_exactly_once(output_path)
+        return assert_prefix_exactly_once(bootstrap, output)
+
     visible = []
     for point, _occurrence in CRASH_POINTS:
         crash_dir = os.path.join(workdir, f"crash-{point}")
         rc = run_pipeline(bootstrap, input_topic, output, workdir, group, prefix,
                           {"BARRIER_KAFKA_CRASH_AT": f"{point}:2",
                            "BARRIER_KAFKA_CRASH_DIR": crash_dir},
-                          max_offsets_per_trigger=8_000)
+                          max_offsets_per_trigger=8_000, output_path=output_path)
         assert os.path.exists(os.path.join(crash_dir, "crashed")), \
             f"the pipeline never reached {point} (exit {rc}); see {workdir}/run.log"
         assert rc == -9, f"expected the SIGKILL at {point}, got exit {rc}"
-        visible.append(assert_prefix_exactly_once(bootstrap, output))
+        visible.append(committed_prefix())
     assert visible == sorted(visible) and visible[-1] < RECORDS  # progress, not yet done
     rc = run_pipeline(bootstrap, input_topic, output, workdir, group, prefix,
-                      max_offsets_per_trigger=8_000)
+                      max_offsets_per_trigger=8_000, output_path=output_path)
     assert rc == 0, f"final run failed (exit {rc}); see {workdir}/run.log"
-    assert_exactly_once(bootstrap, input_topic, output, workdir, group, prefix, RECORDS)
+    if output_path:
+        assert_files_exactly_once(bootstrap, input_topic, output_path, workdir, group, RECORDS)
+    else:
+        assert_exactly_once(bootstrap, input_topic, output, workdir, group, prefix, RECORDS)
 
 
 @pytest.mark.skipif(not os.environ.get("BARRIER_KAFKA_SLOW"),

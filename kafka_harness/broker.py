@@ -169,8 +169,8 @@ class KafkaBroker:
         t0 = time.monotonic()
         if not self._formatted and not (self.data_dir / "kraft-logs" / "meta.properties").exists():
             fmt = subprocess.run(
-                self._java_cmd(libs, "kafka.tools.StorageTool", "format", "-t",
-                               _kafka_uuid(), "-c", str(config)),
+                self._java_cmd(libs, "kafka.tools.StorageTool", "format",
+                               f"--cluster-id={_kafka_uuid()}", "-c", str(config)),
                 capture_output=True, text=True, timeout=120)
             if fmt.returncode != 0:
                 raise BrokerStartError(
@@ -263,6 +263,13 @@ class KafkaBroker:
 
 
 def _kafka_uuid() -> str:
-    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (22 chars)."""
+    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (22 chars).
+
+    Like Kafka's ``Uuid.randomUuid()``, an id that starts with ``-`` is drawn again: the
+    storage tool's argument parser would read it as an option.
+    """
     import base64
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text

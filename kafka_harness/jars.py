@@ -94,7 +94,7 @@ def fetch_broker_jars(version: str = KAFKA_VERSION) -> Path:
     except subprocess.TimeoutExpired as exc:
         raise JarFetchError(
             f"Maven did not finish downloading Kafka {version} jars within {MAVEN_TIMEOUT_S}s; "
-            "check that Maven Central (repo.maven.apache.org) is reachable."
+            "check that Maven Central is reachable."
         ) from exc
     finally:
         shutil.rmtree(work, ignore_errors=True)

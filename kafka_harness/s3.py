@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from typing import Optional
@@ -30,6 +31,7 @@ class S3Server:
     def __init__(self, port: Optional[int] = None) -> None:
         self.port = port or free_port()
         self.proc: Optional[subprocess.Popen] = None
+        self.log_path: Optional[str] = None
 
     @property
     def endpoint_url(self) -> str:
@@ -43,13 +45,18 @@ class S3Server:
         if not port_is_free(self.port):
             raise RuntimeError(f"S3 server port 127.0.0.1:{self.port} is already in use; "
                                "omit the port to pick a free one.")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        # The server logs every request: into a file, never a pipe nobody drains (a full pipe
+        # blocks the server mid-request and every client then times out).
+        fd, self.log_path = tempfile.mkstemp(prefix="barrier-kafka-s3-", suffix=".log")
+        with os.fdopen(fd, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                err = self.proc.stderr.read().decode(errors="replace")[-2000:]
+                with open(self.log_path, errors="replace") as f:
+                    err = f.read()[-2000:]
                 raise RuntimeError(f"moto S3 server exited during start "
                                    f"(is `moto[server]` installed?):\n{err}")
             try:
@@ -69,6 +76,12 @@ class S3Server:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc = None
+        if self.log_path:
+            try:
+                os.remove(self.log_path)
+            except FileNotFoundError:
+                pass
+            self.log_path = None
 
     def __enter__(self) -> "S3Server":
         return self.start()
