@@ -17,6 +17,15 @@ from kafka_harness.spark import build_spark
 from kafka_harness.topics import create_topic
 
 
+_BROKER_FIGURES: list = []  # lines for the terminal summary (fixture output is captured)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print the test broker's start time and peak memory after the run (issue figures)."""
+    for line in _BROKER_FIGURES:
+        terminalreporter.write_line(line)
+
+
 class ExternalBroker:
     """A broker someone else runs (``BARRIER_KAFKA_BOOTSTRAP``); start/stop are not ours."""
 
@@ -40,8 +49,8 @@ def kafka_broker():
     finally:
         rss = broker.peak_rss_bytes()
         if rss:
-            print(f"\n[kafka-harness] broker start {broker.start_seconds:.1f}s, "
-                  f"peak RSS {rss / 2**20:.0f} MiB")
+            _BROKER_FIGURES.append(f"[kafka-harness] test broker: start "
+                                   f"{broker.start_seconds:.1f}s, peak RSS {rss / 2**20:.0f} MiB")
         broker.stop()
 
 
