@@ -72,3 +72,15 @@ class OperatorOptions:
             raise InvalidOptionError("state backend URIs need state_backends.registry; pass a "
                                      "StateBackend instance instead") from exc
         return backend_from_uri(self.state_backend, dict(self.state_backend_options))
+
+
+def option_meanings() -> dict:
+    """Meanings of the :func:`barrier_ops.keyed_process` options its docstring does not describe
+    (read by the docs generator, ``python -m barrier_demo.gen_docs``)."""
+    return {
+        "restore_requires_complete": "With restore_from=n: refuse to restore unless chk-n has "
+                                     "its _metadata (a completed checkpoint). False restores "
+                                     "from an incomplete checkpoint's snapshots anyway.",
+        "state_backend_options": "Options of a state_backend URI, e.g. the s3.* options of an "
+                                 "s3:// backend (see s3-options.md).",
+    }
