@@ -1,5 +1,6 @@
-"""Find and abort lingering transactions: open transactions whose transactional.id starts with a
-sink's prefix. A lingering transaction pins the last stable offset, so ``read_committed``
+"""Find and abort lingering transactions: open transactions whose transactional.id a sink with a
+given ``transactionalIdPrefix`` made (``<prefix>-b<batch>-p<partition>-e<epoch>``; another
+query's longer prefix such as ``<prefix>-eu`` is never matched). A lingering transaction pins the last stable offset, so ``read_committed``
 consumers of its partitions stop advancing until it ends (Flink's most reported pain).
 
 Runs on the driver or from the command line::
@@ -14,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
+from barrier_sink.options import is_sink_transactional_id
 from barrier_sink.transaction import fence_and_abort
 
 logger = logging.getLogger(__name__)
@@ -41,12 +43,12 @@ def _admin(kafka_config: Dict[str, object]):
 
 
 def list_lingering(kafka_config: Dict[str, object], prefix: str) -> List[LingeringTransaction]:
-    """Open transactions whose transactional.id starts with ``prefix`` (sorted by id)."""
+    """Open transactions of the sink whose transactional-id prefix is ``prefix`` (sorted by id)."""
     admin = _admin(kafka_config)
     try:
         listing = admin.list_transactions()
         ids = sorted({t.transactional_id for rows in listing.values() for t in rows
-                      if t.transactional_id.startswith(prefix)
+                      if is_sink_transactional_id(prefix, t.transactional_id)
                       and str(getattr(t.state, "value", t.state)) in _OPEN_STATES})
         if not ids:
             return []

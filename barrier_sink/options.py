@@ -215,3 +215,13 @@ class KafkaSinkOptions:
                          checkpoint_id: Optional[int]) -> str:
         epoch = "n" if checkpoint_id is None else str(checkpoint_id)
         return f"{self.transactional_id_prefix}-b{batch_id}-p{partition_id}-e{epoch}"
+
+
+def is_sink_transactional_id(prefix: str, transactional_id: str) -> bool:
+    """True if the sink with ``transactionalIdPrefix`` = ``prefix`` made ``transactional_id``
+    (``<prefix>-b<batch>-p<partition>-e<epoch>``). Exact, not a string prefix: the sink of
+    prefix ``orders`` never claims the transactions of a query whose prefix is ``orders-eu``."""
+    import re
+
+    pattern = rf"{re.escape(prefix)}-b\d+-p\d+-e(\d+|n)"
+    return re.fullmatch(pattern, transactional_id) is not None

@@ -86,9 +86,10 @@ def test_a_new_attempt_fences_the_old_one(bootstrap, tmp_topic):
 def test_lingering_transactions_are_listed_and_aborted_by_prefix(bootstrap, tmp_topic):
     conf = {"bootstrap_servers": bootstrap}
     prefix = "ling-" + uuid.uuid4().hex[:8]
-    other = "keep-" + uuid.uuid4().hex[:8]
-    mine = [precommit_in_child(bootstrap, tmp_topic, f"{prefix}-{i}", 2) for i in range(2)]
-    theirs = precommit_in_child(bootstrap, tmp_topic, other, 2)
+    other = prefix + "-eu"  # another query whose prefix merely starts with ours
+    mine = [precommit_in_child(bootstrap, tmp_topic, f"{prefix}-b3-p{i}-e2", 2)
+            for i in range(2)]
+    theirs = precommit_in_child(bootstrap, tmp_topic, f"{other}-b3-p0-e2", 2)
     listed = list_lingering(conf, prefix)
     assert [t.transactional_id for t in listed] == sorted(h.transactional_id for h in mine)
     assert all(t.state == "Ongoing" for t in listed)
@@ -96,19 +97,20 @@ def test_lingering_transactions_are_listed_and_aborted_by_prefix(bootstrap, tmp_
     assert read_committed(bootstrap, tmp_topic, timeout_s=2) == []
     assert sorted(abort_lingering(conf, prefix)) == sorted(h.transactional_id for h in mine)
     assert list_lingering(conf, prefix) == []
-    assert [t.transactional_id for t in list_lingering(conf, other)] == [other]
-    fence_and_abort(conf, other)
+    # The other query's pre-committed transaction was left alone: it can still commit.
+    assert [t.transactional_id for t in list_lingering(conf, other)] == [theirs.transactional_id]
+    assert commit_handle(conf, theirs) is EndResult.COMMITTED
     assert list_lingering(conf, other) == []
-    assert read_committed(bootstrap, tmp_topic) == []
+    assert sorted(read_committed(bootstrap, tmp_topic)) == [b"v0", b"v1"]
 
 
 def test_lingering_cli(bootstrap, tmp_topic):
     prefix = "cli-" + uuid.uuid4().hex[:8]
-    precommit_in_child(bootstrap, tmp_topic, f"{prefix}-0", 1)
+    precommit_in_child(bootstrap, tmp_topic, f"{prefix}-b0-p0-e1", 1)
     run = lambda *extra: subprocess.run(  # noqa: E731
         [sys.executable, "-m", "barrier_sink", "lingering", "--bootstrap", bootstrap,
          "--prefix", prefix, *extra], capture_output=True, text=True, timeout=120, check=True)
     listed = run().stdout
-    assert f"{prefix}-0" in listed and "1 open transaction(s)" in listed
+    assert f"{prefix}-b0-p0-e1" in listed and "1 open transaction(s)" in listed
     assert "aborted 1" in run("--abort").stdout
     assert "0 open transaction(s)" in run().stdout

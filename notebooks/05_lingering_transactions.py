@@ -145,7 +145,9 @@ print(f"read_committed sees {len(seen_before)} of the 10 committed records")
 # MAGIC ## List the lingering transactions of the crashed job
 # MAGIC
 # MAGIC `list_lingering(kafka_config, prefix)` asks the brokers for open transactions whose
-# MAGIC transactional.id starts with the prefix (`ListTransactions` + `DescribeTransactions`).
+# MAGIC transactional.id has the sink's form `<prefix>-b<batch>-p<task>-e<epoch>`
+# MAGIC (`ListTransactions` + `DescribeTransactions`); a job whose prefix merely starts with
+# MAGIC this one (`<prefix>-eu`) is never matched.
 
 # COMMAND ----------
 
