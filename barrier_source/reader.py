@@ -204,15 +204,21 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
                     n = earliest[t][p]
                 elif n == -1:
                     n = latest[t][p]
-                elif not earliest[t][p] <= n <= latest[t][p]:
-                    msg = (f"Option 'startingOffsets': {t}:{p} offset {n} is out of range "
-                           f"[{earliest[t][p]}, {latest[t][p]}].")
-                    if self.opts.fail_on_data_loss:
-                        raise OffsetOutOfRangeError(msg + " Set failOnDataLoss=false to clamp.")
-                    logger.warning("barrier-kafka: %s Clamped (failOnDataLoss=false).", msg)
-                    n = min(max(n, earliest[t][p]), latest[t][p])
+                else:
+                    n = self._in_range(n, earliest[t][p], latest[t][p],
+                                       f"Option 'startingOffsets': {t}:{p} offset {n}")
                 out.setdefault(t, {})[p] = n
         return out
+
+    def _in_range(self, n: int, earliest: int, latest: int, what: str) -> int:
+        """``n`` if within ``[earliest, latest]``; else fail (failOnDataLoss) or clamp."""
+        if earliest <= n <= latest:
+            return n
+        msg = f"{what} is out of range [{earliest}, {latest}]."
+        if self.opts.fail_on_data_loss:
+            raise OffsetOutOfRangeError(msg + " Set failOnDataLoss=false to clamp.")
+        logger.warning("barrier-kafka: %s Clamped (failOnDataLoss=false).", msg)
+        return min(max(n, earliest), latest)
 
     def _timestamp_offsets(self, parts, starting, latest) -> PartitionOffsets:
         if starting.timestamp_ms is not None:
@@ -260,13 +266,9 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
                         f"startingOffsets=group: consumer group '{group}' has no committed offset "
                         f"for {t}:{p}; set groupOffsetsFallback=earliest|latest.")
                 n = earliest[t][p] if fallback == "earliest" else latest[t][p]
-            elif not earliest[t][p] <= n <= latest[t][p]:
-                msg = (f"startingOffsets=group: group '{group}' offset {n} of {t}:{p} is out of "
-                       f"range [{earliest[t][p]}, {latest[t][p]}].")
-                if self.opts.fail_on_data_loss:
-                    raise OffsetOutOfRangeError(msg + " Set failOnDataLoss=false to clamp.")
-                logger.warning("barrier-kafka: %s Clamped (failOnDataLoss=false).", msg)
-                n = min(max(n, earliest[t][p]), latest[t][p])
+            else:
+                n = self._in_range(n, earliest[t][p], latest[t][p],
+                                   f"startingOffsets=group: group '{group}' offset {n} of {t}:{p}")
             out.setdefault(t, {})[p] = n
         return out
 
