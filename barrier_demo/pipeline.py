@@ -50,6 +50,7 @@ class PipelineConfig:
     max_parallelism: int = 16
     checkpoint_every_batches: int = 1
     output_path: Optional[str] = None  # set: write to the barrier-files sink there, not Kafka
+    restore_from: Optional[str] = None  # 'chk-<n>' / 'savepoints/<name>' in this storage
 
     @property
     def storage(self) -> str:
@@ -78,11 +79,12 @@ def start_pipeline(spark, cfg: PipelineConfig, sink: str = "barrier-kafka",
            .option("kafka.group.id", cfg.group_id)
            .option("maxOffsetsPerTrigger", str(cfg.max_offsets_per_trigger))
            .option("execution.checkpointing.interval-batches", str(cfg.checkpoint_every_batches))
-           .option("checkpoint.storage", cfg.storage)
-           .load())
-    counted = keyed_process(src, "key", RunningCountPerRecord(), OUTPUT_SCHEMA,
+           .option("checkpoint.storage", cfg.storage))
+    if cfg.restore_from:
+        src = src.option("execution.savepoint.path", cfg.restore_from)
+    counted = keyed_process(src.load(), "key", RunningCountPerRecord(), OUTPUT_SCHEMA,
                             operator_id="running-count", state_backend=cfg.storage,
-                            max_parallelism=cfg.max_parallelism)
+                            max_parallelism=cfg.max_parallelism, restore_from=cfg.restore_from)
     if cfg.output_path and sink == "barrier-kafka":
         sink = "barrier-files"
     if sink == "barrier-files":

@@ -118,6 +118,9 @@ class FileTwoPhaseCommitWriter(TwoPhaseCommitWriter):
     def storage_uri(self) -> str:
         return self.checkpoint.storage_uri
 
+    def checkpoint_location(self) -> str:
+        return self.checkpoint.checkpoint_location
+
 
 def published_files(path: str, options: Dict[str, str] = None) -> List[str]:
     """Every file published by completed checkpoints, from the manifests (driver)."""

@@ -112,5 +112,14 @@ class KafkaTwoPhaseCommitWriter(TwoPhaseCommitWriter):
         return KafkaSinkCommitter(backend, coordinator_factory(backend, self.opts.checkpoint),
                                   self.opts)
 
+    def preflight(self) -> None:
+        """Refuse a ``kafka.transaction.timeout.ms`` above the brokers' maximum (driver, once)."""
+        from barrier_sink.transaction import broker_max_transaction_timeout_ms
+
+        self.opts.check_transaction_timeout(broker_max_transaction_timeout_ms(self.opts.kafka))
+
     def storage_uri(self) -> str:
         return self.opts.checkpoint.storage_uri
+
+    def checkpoint_location(self) -> str:
+        return self.opts.checkpoint.checkpoint_location

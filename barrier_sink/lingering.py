@@ -36,10 +36,9 @@ class LingeringTransaction:
 def _admin(kafka_config: Dict[str, object]):
     from kafka.admin import KafkaAdminClient
 
-    conf = {k: v for k, v in kafka_config.items()
-            if k not in ("transactional_id", "transaction_timeout_ms", "enable_idempotence",
-                         "acks", "key_serializer", "value_serializer")}
-    return KafkaAdminClient(**conf)
+    from barrier_source.options import client_config
+
+    return KafkaAdminClient(**client_config(kafka_config, "admin"))
 
 
 def list_lingering(kafka_config: Dict[str, object], prefix: str) -> List[LingeringTransaction]:

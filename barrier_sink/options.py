@@ -94,24 +94,24 @@ def _get(options: Mapping[str, str], name: str) -> Optional[str]:
 
 
 def kafka_client_config(options: Mapping[str, str]) -> Dict[str, object]:
-    """``kafka.*`` options as kafka-python keyword arguments (``kafka.a.b`` -> ``a_b``)."""
-    conf: Dict[str, object] = {}
-    for name, value in options.items():
-        if not name.lower().startswith("kafka.") or name.lower() == "kafka.transaction.timeout.ms":
-            continue
-        key = name[6:].replace(".", "_").lower()
-        if key in ("group_id", "transactional_id"):
+    """``kafka.*`` options as kafka-python keyword arguments, translated exactly as the source
+    translates them (``kafka.sasl.jaas.config`` -> ``sasl_plain_username``/``password``,
+    ``kafka.security.protocol`` -> ``security_protocol`` ...), for the producer and admin
+    clients the sink uses."""
+    from barrier_source.options import translate_kafka_options
+
+    for name in options:
+        key = name.lower()
+        if key in ("kafka.group.id", "kafka.transactional.id"):
             raise InvalidOptionError(
                 f"Option '{name}' is not allowed on the sink: the transactional.id is built "
                 "from 'transactionalIdPrefix'.")
-        conf[key] = value
-    if "bootstrap_servers" not in conf:
+    conf = translate_kafka_options(
+        {k: v for k, v in options.items() if k.lower() != "kafka.transaction.timeout.ms"},
+        clients=("producer", "admin"))
+    if not conf.get("bootstrap_servers"):
         raise InvalidOptionError("Option 'kafka.bootstrap.servers' is required by the "
                                  "barrier-kafka sink.")
-    for k in ("request_timeout_ms", "max_request_size", "linger_ms", "batch_size",
-              "retries", "retry_backoff_ms", "max_block_ms", "buffer_memory"):
-        if k in conf:
-            conf[k] = int(conf[k])
     return conf
 
 

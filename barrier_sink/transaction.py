@@ -61,10 +61,41 @@ class TransactionHandle:
 
 def producer_config(kafka_config: Dict[str, object], transactional_id: str,
                     transaction_timeout_ms: int) -> Dict[str, object]:
-    conf = dict(kafka_config)
+    from barrier_source.options import client_config
+
+    conf = client_config(kafka_config, "producer")
     conf.update(transactional_id=transactional_id, transaction_timeout_ms=transaction_timeout_ms,
                 enable_idempotence=True, acks="all")
     return conf
+
+
+def broker_max_transaction_timeout_ms(kafka_config: Dict[str, object]) -> Optional[int]:
+    """The smallest ``transaction.max.timeout.ms`` of the cluster's brokers (driver), or None
+    if the brokers do not say (e.g. no DescribeConfigs permission): the check is then skipped
+    with a warning, and the broker refuses a too-long timeout when the first task starts."""
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+
+    from barrier_source.options import client_config
+
+    admin = None
+    try:
+        admin = KafkaAdminClient(**client_config(kafka_config, "admin"))
+        brokers = [str(b["broker_id"]) for b in admin.describe_cluster()["brokers"]]
+        found = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.BROKER, b, configs=["transaction.max.timeout.ms"])
+             for b in brokers], config_filter="all")
+        values = [int(entry["transaction.max.timeout.ms"]["value"])
+                  for entry in found.get("broker", {}).values()
+                  if "transaction.max.timeout.ms" in entry]
+        return min(values) if values else None
+    except Exception as exc:  # noqa: BLE001 - a missing permission must not stop the query
+        logger.warning("could not read the brokers' transaction.max.timeout.ms (%s); the "
+                       "transaction timeout is checked by the broker when tasks start",
+                       type(exc).__name__)
+        return None
+    finally:
+        if admin is not None:
+            admin.close()
 
 
 class TransactionalWriter:

@@ -134,12 +134,24 @@ class TwoPhaseCommitWriter(DataSourceStreamWriter, ABC):
         """Driver, when Spark creates the writer (before each batch's tasks and in the commit
         worker): finish the commits of completed checkpoints that a crash interrupted. Runs once
         per Python process and storage location; idempotent if it runs again."""
-        key = self.storage_uri()
+        from barrier_sink.ownership import claim_storage
+
+        key = (self.storage_uri(), self.checkpoint_location())  # workers serve many queries
         if key in _recovered:
             return
-        self.committer().recover()
+        self.preflight()
+        committer = self.committer()
+        claim_storage(committer.backend, self.checkpoint_location())
+        committer.recover()
         _recovered.add(key)
+
+    def preflight(self) -> None:
+        """Checks against the outside world at query start (driver, once per process)."""
 
     @abstractmethod
     def storage_uri(self) -> str:
         """The checkpoint storage this sink records its protocol state in."""
+
+    @abstractmethod
+    def checkpoint_location(self) -> str:
+        """The query's Spark ``checkpointLocation`` (owner of the checkpoint storage)."""

@@ -127,19 +127,25 @@ class SourceOffset:
     batches_since_trigger: int = 0
     barriers: Tuple[PlannedBarrier, ...] = ()
     sealed: Optional[SealedCheckpoint] = None
+    # A query started from a checkpoint/savepoint n (execution.savepoint.path): checkpoints
+    # <= n count as completed and numbering continues at n + 1 (Flink's restored id counter).
+    restored_id: int = 0
 
     def to_json(self) -> dict:
+        checkpoint = {
+            "next_id": self.next_checkpoint_id,
+            "last_trigger_ms": self.last_trigger_ms,
+            "batches_since_trigger": self.batches_since_trigger,
+            "barriers": [b.to_json() for b in self.barriers],
+            "sealed": None if self.sealed is None else self.sealed.to_json(),
+        }
+        if self.restored_id:
+            checkpoint["restored_id"] = self.restored_id
         return {
             "version": OFFSET_VERSION,
             "offsets": offsets_to_json(self.offsets),
             "new_partitions": offsets_to_json(self.new_partitions),
-            "checkpoint": {
-                "next_id": self.next_checkpoint_id,
-                "last_trigger_ms": self.last_trigger_ms,
-                "batches_since_trigger": self.batches_since_trigger,
-                "barriers": [b.to_json() for b in self.barriers],
-                "sealed": None if self.sealed is None else self.sealed.to_json(),
-            },
+            "checkpoint": checkpoint,
         }
 
     @classmethod
@@ -162,6 +168,7 @@ class SourceOffset:
             batches_since_trigger=int(cp.get("batches_since_trigger", 0)),
             barriers=tuple(PlannedBarrier.from_json(b) for b in cp.get("barriers", [])),
             sealed=SealedCheckpoint.from_json(cp.get("sealed")),
+            restored_id=int(cp.get("restored_id", 0)),
         )
 
     @property

@@ -90,6 +90,13 @@ SOURCE_OPTIONS = [
                "group offsets from '<checkpoint.storage>/_completed_offsets.json' and counts "
                "concurrent checkpoints against it. Unset: source-only mode, a checkpoint is "
                "complete once Spark durably finished the batch carrying its last barrier."),
+    OptionSpec("execution.savepoint.path", None, "Start a new query from a completed checkpoint "
+               "or savepoint in checkpoint.storage (Flink's option of that name): 'chk-<n>' (or "
+               "n) or 'savepoints/<name>'. Its source offsets are the starting offsets (a "
+               "partition it lacks starts as startingOffsets says) and checkpoint numbering "
+               "continues at n + 1, as the operators restored with restore_from expect. Needs a "
+               "checkpoint.storage no other query used: copy the savepoint in with "
+               "CompletedCheckpointStore.copy_savepoint / create_savepoint(target=...)."),
     OptionSpec("s3.", None, "With an s3:// checkpoint.storage: s3.endpoint, s3.region, "
                "s3.access.key, s3.secret.key, as on the sink (secrets never logged).",
                is_secret=True, is_prefix=True),
@@ -191,18 +198,18 @@ def _parse_jaas(value: str) -> Dict[str, str]:
     return out
 
 
-def translate_kafka_options(options: Mapping[str, Any]) -> Dict[str, Any]:
+def translate_kafka_options(options: Mapping[str, Any],
+                            clients: Tuple[str, ...] = ("admin", "consumer")) -> Dict[str, Any]:
     """Spark-style ``kafka.*`` options -> kafka-python keyword arguments (shared with the sink).
 
     ``kafka.bootstrap.servers`` becomes ``bootstrap_servers`` (a list); ``kafka.group.id`` is
-    left out (callers decide about groups). Unknown Java-only settings are logged (names only)
-    and dropped. Values are converted to the type of kafka-python's default.
+    left out (callers decide about groups). Settings none of ``clients`` ('admin', 'consumer',
+    'producer') knows are logged (names only) and dropped. Values are converted to the type of
+    kafka-python's default.
     """
-    from kafka import KafkaConsumer
-    from kafka.admin import KafkaAdminClient
-
-    known = dict(KafkaAdminClient.DEFAULT_CONFIG)
-    known.update(KafkaConsumer.DEFAULT_CONFIG)
+    known: Dict[str, Any] = {}
+    for client in clients:
+        known.update(_client_defaults(client))
     out: Dict[str, Any] = {}
     o = _canonical(options)
     if "kafka.bootstrap.servers" in o:
@@ -243,14 +250,22 @@ def translate_kafka_options(options: Mapping[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def client_config(kafka_config: Mapping[str, Any], client: str) -> Dict[str, Any]:
-    """The subset of ``kafka_config`` that ``client`` ('consumer' or 'admin') accepts."""
+def _client_defaults(client: str) -> Mapping[str, Any]:
+    """kafka-python's default configuration of ``client``: 'admin', 'consumer' or 'producer'."""
     if client == "admin":
         from kafka.admin import KafkaAdminClient
-        allowed = KafkaAdminClient.DEFAULT_CONFIG
-    else:
-        from kafka import KafkaConsumer
-        allowed = KafkaConsumer.DEFAULT_CONFIG
+        return KafkaAdminClient.DEFAULT_CONFIG
+    if client == "producer":
+        from kafka import KafkaProducer
+        return KafkaProducer.DEFAULT_CONFIG
+    from kafka import KafkaConsumer
+    return KafkaConsumer.DEFAULT_CONFIG
+
+
+def client_config(kafka_config: Mapping[str, Any], client: str) -> Dict[str, Any]:
+    """The subset of ``kafka_config`` that ``client`` ('consumer', 'admin', 'producer')
+    accepts."""
+    allowed = _client_defaults(client)
     return {k: v for k, v in kafka_config.items() if k in allowed}
 
 
@@ -262,6 +277,23 @@ class StartingOffsets:
     offsets: Optional[Dict[str, Dict[int, int]]] = None   # kind == offsets (-2 / -1 allowed)
     timestamps: Optional[Dict[str, Dict[int, int]]] = None  # kind == timestamp (per partition)
     timestamp_ms: Optional[int] = None                       # kind == timestamp (global)
+
+
+def parse_restore_spec(spec: str) -> Tuple[Optional[int], Optional[str]]:
+    """``execution.savepoint.path`` -> ``(checkpoint_id, None)`` or ``(None, savepoint_name)``.
+
+    Accepts ``n``, ``chk-<n>`` and ``savepoints/<name>`` (the forms ``keyed_process``'s
+    ``restore_from`` takes)."""
+    text = str(spec).strip().strip("/")
+    match = re.fullmatch(r"(?:chk-)?(\d+)", text)
+    if match and int(match.group(1)) > 0:
+        return int(match.group(1)), None
+    match = re.fullmatch(r"savepoints/([^/]+)", text)
+    if match:
+        return None, match.group(1)
+    raise InvalidOptionError(
+        f"Option 'execution.savepoint.path' = {spec!r}: expected a completed checkpoint "
+        "('chk-<n>' or n >= 1) or a savepoint ('savepoints/<name>') in checkpoint.storage.")
 
 
 @dataclass(frozen=True)
@@ -292,6 +324,7 @@ class SourceOptions:
     barrier_placement: str
     checkpoint_storage: Optional[str]
     commit_offsets_on_checkpoint: bool
+    restore_from: Optional[str] = None
     kafka_config: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
     storage_options: Dict[str, str] = field(repr=False, compare=False, default_factory=dict)
 
@@ -379,6 +412,13 @@ class SourceOptions:
             raise InvalidOptionError("Option 'execution.checkpointing.barrier-placement' must be "
                                      f"'end' or 'timestamp'; got '{placement}'.")
         storage = o.get("checkpoint.storage", "").strip() or None
+        restore_from = o.get("execution.savepoint.path", "").strip() or None
+        if restore_from is not None:
+            if storage is None:
+                raise InvalidOptionError(
+                    "Option 'execution.savepoint.path' needs 'checkpoint.storage': the "
+                    "checkpoint or savepoint is read from there.")
+            parse_restore_spec(restore_from)  # fail early on a malformed value
 
         prefix = o.get("groupidprefix", "barrier-kafka").strip() or "barrier-kafka"
         group_id = o.get("kafka.group.id", "").strip()
@@ -407,6 +447,7 @@ class SourceOptions:
                 o, "execution.checkpointing.max-concurrent-checkpoints", 1, minimum=1),
             barrier_placement=placement, checkpoint_storage=storage,
             commit_offsets_on_checkpoint=_bool(o, "commit.offsets.on.checkpoint", True),
+            restore_from=restore_from,
             kafka_config=translate_kafka_options(o),
             storage_options={k: v for k, v in o.items() if k.startswith("s3.")},
         )

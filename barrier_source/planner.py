@@ -91,4 +91,5 @@ def plan_end_offset(prev: SourceOffset, starts: PartitionOffsets, ends: Partitio
     return SourceOffset(offsets={t: dict(p) for t, p in ends.items()},
                         new_partitions={t: dict(p) for t, p in new_partitions.items()},
                         next_checkpoint_id=next_id, last_trigger_ms=last_ms,
-                        batches_since_trigger=since, barriers=tuple(barriers), sealed=sealed)
+                        batches_since_trigger=since, barriers=tuple(barriers), sealed=sealed,
+                        restored_id=prev.restored_id)

@@ -188,8 +188,43 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             offsets = self._timestamp_offsets(parts, starting, latest)
         else:
             offsets = self._group_offsets(parts, earliest, latest)
+        if self.opts.restore_from is not None:
+            return self._restored_initial_offset(offsets, earliest, latest).to_json()
         logger.info("barrier-kafka: starting offsets %s", offsets_to_json(offsets))
         return SourceOffset(offsets).to_json()
+
+    def _restored_initial_offset(self, offsets, earliest, latest) -> SourceOffset:
+        """A new query started from checkpoint/savepoint n (``execution.savepoint.path``): its
+        offsets win over ``startingOffsets``; numbering continues at n + 1 (driver)."""
+        from barrier_source.group_commit import read_completed_offsets
+        from barrier_source.options import parse_restore_spec
+        from state_backends.checkpoint_store import CompletedCheckpointStore
+        from state_backends.registry import backend_from_uri
+
+        storage, spec = self.opts.checkpoint_storage, self.opts.restore_from
+        done = read_completed_offsets(storage, self.opts.storage_options)
+        if done is not None:
+            raise InvalidOptionError(
+                f"Option 'execution.savepoint.path' = {spec!r}: checkpoint.storage already "
+                f"holds checkpoints up to {done['checkpoint_id']} of another query. A restored "
+                "query needs a checkpoint.storage of its own: copy the savepoint into a new one "
+                "(CompletedCheckpointStore.copy_savepoint / create_savepoint(target=...)).")
+        checkpoint_id, savepoint = parse_restore_spec(spec)
+        store = CompletedCheckpointStore(backend_from_uri(storage, self.opts.storage_options))
+        point = store.restore(checkpoint_id=checkpoint_id, savepoint=savepoint)
+        restored = {t: {int(p): int(o) for p, o in parts.items()}
+                    for t, parts in point.source_offsets.items()}
+        out = {t: dict(parts) for t, parts in offsets.items()}
+        for t, parts in out.items():
+            for p in parts:
+                if p in restored.get(t, {}):
+                    parts[p] = self._in_range(restored[t][p], earliest[t][p], latest[t][p],
+                                              f"execution.savepoint.path {spec}: {t}:{p} offset "
+                                              f"{restored[t][p]}")
+        n = point.checkpoint_id
+        logger.info("barrier-kafka: restored from checkpoint %d (%s): starting offsets %s; next "
+                    "checkpoint %d", n, spec, offsets_to_json(out), n + 1)
+        return SourceOffset(out, next_checkpoint_id=n + 1, restored_id=n)
 
     def _specific_offsets(self, parts, given, earliest, latest) -> PartitionOffsets:
         missing = [f"{t}:{p}" for t in parts for p in parts[t] if p not in given.get(t, {})]
@@ -383,8 +418,8 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             from barrier_source.group_commit import read_completed_offsets
             done = read_completed_offsets(self.opts.checkpoint_storage,
                                           self.opts.storage_options)
-            return 0 if done is None else done["checkpoint_id"]
-        return prev.sealed_id
+            return max(0 if done is None else done["checkpoint_id"], prev.restored_id)
+        return max(prev.sealed_id, prev.restored_id)
 
     def _commit_completed(self, durable: SourceOffset) -> None:
         """notifyCheckpointComplete: commit the newest completed checkpoint to the group."""

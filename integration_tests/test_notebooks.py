@@ -45,6 +45,7 @@ def check_checkpoints_and_savepoints(result: dict) -> None:
     assert 0 < result["records_before_savepoint"] < 800
     assert result["output_restored"] == 800 - result["records_before_savepoint"]
     assert result["duplicates_restored"] == 0 and result["final_counts_match"]
+    assert result["open_transactions_restored"] == 0  # restored behind the 2PC sink
 
 
 def check_lingering_transactions(result: dict) -> None:

@@ -77,3 +77,20 @@ def test_bad_sink_options_fail_at_start_with_the_option_named(spark, script_sour
         (df.writeStream.format("barrier-kafka").option("kafka.bootstrap.servers", bootstrap)
          .option("topic", "x").option("checkpointLocation", str(tmp_path / "c"))
          .option("kafka.transaction.timeout.ms", "1000").start().processAllAvailable())
+
+
+def test_timeout_above_the_brokers_maximum_fails_at_start(spark, script_source, tmp_path,
+                                                          bootstrap, tmp_topic):
+    from barrier_sink.transaction import broker_max_transaction_timeout_ms
+
+    broker_max = broker_max_transaction_timeout_ms({"bootstrap_servers": bootstrap})
+    assert broker_max == 900_000  # Kafka's default, read from the real broker
+    script = sealed_script(seed=2, partitions=1, records=5, checkpoints=1, batches=1)
+    path = write_script(script, str(tmp_path / "s.json"))
+    df = spark.readStream.format("barrier-ops-script").option("path", path).load()
+    with pytest.raises(Exception, match="transaction.max.timeout.ms = 900000"):
+        (df.writeStream.format("barrier-kafka").option("kafka.bootstrap.servers", bootstrap)
+         .option("topic", tmp_topic).option("checkpointLocation", str(tmp_path / "c"))
+         .option("kafka.transaction.timeout.ms", str(broker_max + 1)).start()
+         .processAllAvailable())
+    assert read_committed_topic(bootstrap, tmp_topic, timeout_s=2) == []

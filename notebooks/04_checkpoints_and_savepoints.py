@@ -57,7 +57,8 @@ from kafka.admin import KafkaAdminClient, NewTopic
 KEYS = 20
 admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
 try:
-    admin.create_topics([NewTopic(INPUT_TOPIC, 2, 1), NewTopic(f"{INPUT_TOPIC}-out-a", 1, 1)],
+    admin.create_topics([NewTopic(INPUT_TOPIC, 2, 1), NewTopic(f"{INPUT_TOPIC}-out-a", 1, 1),
+                         NewTopic(f"{INPUT_TOPIC}-out-b", 1, 1)],
                         timeout_ms=30000)
 finally:
     admin.close()
@@ -114,6 +115,8 @@ def job(name, storage, output_topic=None, starting_offsets="earliest", restore_f
               .option("execution.checkpointing.interval-batches", "1"))
     if output_topic:
         reader = reader.option("checkpoint.storage", storage)
+        if restore_from:  # start from the savepoint: its offsets, checkpoint ids after it
+            reader = reader.option("execution.savepoint.path", restore_from)
     counted = keyed_process(reader.load(), "key", RunningCount(), "key string, value string",
                             operator_id="running-count", state_backend=storage,
                             max_parallelism=8, restore_from=restore_from)
@@ -232,35 +235,28 @@ print(f"offsets: {savepoint.source_offsets}")
 # MAGIC %md
 # MAGIC ## Restore a new query from the savepoint
 # MAGIC
-# MAGIC A restore is a **new** query (new Spark checkpoint location) that
-# MAGIC - starts reading at the savepoint's offsets (`startingOffsets` = `source_offsets` as JSON),
-# MAGIC - loads each key group's state from the savepoint (`keyed_process(restore_from=...)`); the
-# MAGIC   query may use a different number of shuffle partitions, but `operator_id` and
-# MAGIC   `max_parallelism` must stay the same,
-# MAGIC - uses its own state backend folder, into which the savepoint is copied first (any backend:
-# MAGIC   `get`/`put` work the same on a path, S3 or memory).
-# MAGIC
-# MAGIC **Known limitation (this version):** the restored query's source numbers its checkpoints from
-# MAGIC 1 again, while the restored operator continues after the savepoint's checkpoint id `n` and
-# MAGIC ignores barriers `1..n` as obsolete. Behind a two-phase-commit sink no checkpoint of the
-# MAGIC restored query completes before the source reaches id `n + 1` (with the default
-# MAGIC `execution.checkpointing.max-concurrent-checkpoints=1`: never), so its output stays in open
-# MAGIC transactions. Until that is fixed, this notebook restores into the in-memory sink (source-only
-# MAGIC checkpoints, no coordinator) to show the restored state; see `docs/operations.md`.
+# MAGIC A restore is a **new** query (new Spark checkpoint location, own `checkpoint.storage`), as
+# MAGIC Flink's `-s <savepoint>`:
+# MAGIC - the savepoint is copied into the new storage (`copy_savepoint`; any backend: a path, S3),
+# MAGIC - the source starts from it (`execution.savepoint.path`): the savepoint's offsets, and
+# MAGIC   checkpoint ids continuing after the savepoint's,
+# MAGIC - each key group's state is loaded from it (`keyed_process(restore_from=...)`); the query may
+# MAGIC   use a different number of shuffle partitions, but `operator_id` and `max_parallelism` must
+# MAGIC   stay the same,
+# MAGIC - output goes through the exactly-once Kafka sink again. A query pointed at the old query's
+# MAGIC   storage would be refused: one storage belongs to one query.
 
 # COMMAND ----------
 
 STORAGE_B = os.path.join(WORK_DIR, "storage-b")
 backend_b = backend_from_uri(STORAGE_B)
-for path in backend_a.list(f"savepoints/{SAVEPOINT}"):
-    backend_b.put(path, backend_a.get(path))
+store_a.copy_savepoint(SAVEPOINT, backend_b)
 restored = CompletedCheckpointStore(backend_b).restore(savepoint=SAVEPOINT)
 print(f"restoring from {restored.location} (checkpoint {restored.checkpoint_id})")
 
-job("restored", STORAGE_B, starting_offsets=json.dumps(restored.source_offsets),
+job("restored", STORAGE_B, output_topic=f"{INPUT_TOPIC}-out-b",
     restore_from=f"savepoints/{SAVEPOINT}")
-out_b = [r["value"].encode() for r in spark.table(f"restored_{RUN_ID}").collect()]
-print(f"the restored query emitted {len(out_b)} records")
+print("restored checkpoints completed:", CompletedCheckpointStore(backend_b).completed_ids())
 
 # COMMAND ----------
 
@@ -276,6 +272,8 @@ import time
 from collections import Counter
 
 from kafka import KafkaConsumer, TopicPartition
+
+from barrier_sink.lingering import list_lingering
 
 
 def read_all(topic, isolation="read_committed", keys=False, timeout_s=60):
@@ -307,6 +305,7 @@ def max_count(values):
 
 input_counts = Counter(k.decode() for k in read_all(INPUT_TOPIC, "read_uncommitted", keys=True))
 out_a = read_all(f"{INPUT_TOPIC}-out-a")
+out_b = read_all(f"{INPUT_TOPIC}-out-b")  # read_committed: the restored query's committed output
 restored_from = sum(sum(p.values()) for p in restored.source_offsets.values())
 
 # c per key = the key's records before the savepoint's offsets
@@ -330,6 +329,8 @@ check = {
     "records_before_savepoint": restored_from,
     "duplicates_restored": sum(n - 1 for n in Counter(out_b).values() if n > 1),
     "final_counts_match": max_count(out_b) == dict(input_counts) == max_count(out_a),
+    "open_transactions_restored": len(list_lingering({"bootstrap_servers": BOOTSTRAP},
+                                                     f"{PREFIX}-restored-{RUN_ID}")),
 }
 display(spark.createDataFrame([check]))
 
@@ -338,9 +339,9 @@ display(spark.createDataFrame([check]))
 assert check["output_a"] == check["input_records"] == 800, check
 assert check["output_restored"] == check["input_records"] - restored_from, check
 assert check["duplicates_restored"] == 0 and check["final_counts_match"], check
+assert check["open_transactions_restored"] == 0, check
 assert set(out_b) == expected_b, "restored output is not k:c+1 .. k:N_k"
 result = dict(check, checkpoints_a=completed,
               savepoints=store_a.savepoints(), plot_bytes=len(png),
               stats_rows=stats.count())
 print(result)
-spark.catalog.dropTempView(f"restored_{RUN_ID}")

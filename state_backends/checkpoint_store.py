@@ -221,10 +221,11 @@ class CompletedCheckpointStore:
         return cleaned
 
     # ------------------------------------------------------------------ savepoints
-    def create_savepoint(self, name: str, checkpoint_id: Optional[int] = None
-                         ) -> CheckpointMetadata:
+    def create_savepoint(self, name: str, checkpoint_id: Optional[int] = None,
+                         target: Optional[StateBackend] = None) -> CheckpointMetadata:
         """Copy a completed checkpoint (default: latest) to ``savepoints/<name>/``; the copy
-        is never discarded. Blobs first, ``_metadata`` last."""
+        is never discarded. Blobs first, ``_metadata`` last. ``target``: write the savepoint
+        into another backend (the checkpoint storage of a new query that restores from it)."""
         name = normalize_path(name)
         if "/" in name:
             from state_backends.exceptions import InvalidBackendOptionError
@@ -234,7 +235,19 @@ class CompletedCheckpointStore:
         if n is None:
             raise CheckpointNotFoundError(
                 f"no completed checkpoint in {self.backend.describe()} to make a savepoint of")
-        meta = self.load(n)
+        return self._write_savepoint(self.load(n), name, checkpoint_dir(n),
+                                     target or self.backend)
+
+    def copy_savepoint(self, name: str, target: StateBackend) -> CheckpointMetadata:
+        """Copy savepoint ``name`` into ``target`` (same name), e.g. into the checkpoint storage
+        of a new query that restores from it. Blobs first, ``_metadata`` last."""
+        name = normalize_path(name)
+        meta = self.load_savepoint(name)
+        return self._write_savepoint(meta, name, meta.properties.get("source_checkpoint", ""),
+                                     target)
+
+    def _write_savepoint(self, meta: CheckpointMetadata, name: str, source: str,
+                         target: StateBackend) -> CheckpointMetadata:
         base = savepoint_dir(name)
         handles = []
         for h in meta.operators:
@@ -242,14 +255,14 @@ class CompletedCheckpointStore:
                 handles.append(h)
                 continue
             path = f"{base}/op-{h.operator_id}/kg-{h.key_group}"
-            self.backend.put(path, self.backend.read_snapshot(h))
+            target.put(path, self.backend.read_snapshot(h))
             handles.append(replace(h, path=path))
         sp = replace(meta, operators=tuple(handles), is_savepoint=True,
                      properties={**meta.properties, "savepoint_name": name,
-                                 "source_checkpoint": checkpoint_dir(n)})
-        self.backend.put(f"{base}/{METADATA_FILE}", sp.to_bytes())
-        logger.info("savepoint %s: created from checkpoint %d at %s", name, n,
-                    self.backend.location(base))
+                                 "source_checkpoint": source})
+        target.put(f"{base}/{METADATA_FILE}", sp.to_bytes())
+        logger.info("savepoint %s: written from %s at %s", name, source,
+                    target.location(base))
         return sp
 
     def savepoints(self) -> List[str]:

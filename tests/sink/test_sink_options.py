@@ -61,3 +61,20 @@ def test_secrets_never_in_repr():
 def test_group_or_transactional_id_options_are_refused():
     with pytest.raises(InvalidOptionError, match="transactionalIdPrefix"):
         KafkaSinkOptions.from_options({**BASE, "kafka.transactional.id": "x"})
+
+
+def test_kafka_settings_are_translated_like_the_source_and_secrets_stay_hidden():
+    from barrier_sink.options import KafkaSinkOptions
+
+    opts = KafkaSinkOptions.from_options({
+        "kafka.bootstrap.servers": "a:1,b:2", "checkpointLocation": "/tmp/chk",
+        "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "PLAIN",
+        "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule '
+                                  'required username="svc" password="hunter2-secret";',
+        "kafka.linger.ms": "20"})
+    assert opts.kafka["bootstrap_servers"] == ["a:1", "b:2"]
+    assert opts.kafka["security_protocol"] == "SASL_SSL"
+    assert (opts.kafka["sasl_plain_username"], opts.kafka["sasl_plain_password"]) == \
+        ("svc", "hunter2-secret")
+    assert opts.kafka["linger_ms"] == 20
+    assert "hunter2-secret" not in repr(opts)

@@ -1,0 +1,52 @@
+"""One checkpoint storage, one query: the sink claims its ``checkpoint.storage`` (driver).
+
+The sink's batch records (``sink/batch-<N>.json``) are keyed by Spark's batch id, which every new
+query starts again at 0. A second query writing into the same storage would read the first
+query's records as an earlier attempt of its own batches and abort its output as duplicates:
+data loss. So the first query to use a storage writes ``_owner.json`` naming its
+``checkpointLocation``, and any other query is refused with an error that says what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from urllib.parse import urlparse
+
+from barrier_sink.exceptions import SinkError
+
+logger = logging.getLogger(__name__)
+
+OWNER_FILE = "_owner.json"
+
+
+class StorageOwnedByAnotherQueryError(SinkError):
+    """``checkpoint.storage`` belongs to the query with another ``checkpointLocation``."""
+
+
+def _normalize(location: str) -> str:
+    parsed = urlparse(location)
+    if parsed.scheme in ("", "file"):
+        return os.path.abspath(parsed.path if parsed.scheme else location).rstrip("/")
+    return location.rstrip("/")
+
+
+def claim_storage(backend, checkpoint_location: str) -> None:
+    """Record that the query at ``checkpoint_location`` owns ``backend``, or refuse if another
+    query does. Idempotent for the owner (every restart of the same query passes)."""
+    mine = _normalize(checkpoint_location)
+    if backend.exists(OWNER_FILE):
+        owner = json.loads(backend.get(OWNER_FILE)).get("checkpointLocation")
+        if owner != mine:
+            raise StorageOwnedByAnotherQueryError(
+                f"checkpoint.storage {backend.describe()} belongs to the query whose "
+                f"checkpointLocation is {owner!r}; this query's is {mine!r}. Two queries must "
+                "not share a checkpoint storage (their batch records would collide and output "
+                "would be lost). Give this query its own checkpoint.storage; to start it from a "
+                "checkpoint or savepoint of the other query, copy that into the new storage "
+                "(CompletedCheckpointStore.copy_savepoint, or create_savepoint(target=...)) and "
+                "set execution.savepoint.path on the source and restore_from on the operators.")
+        return
+    backend.put(OWNER_FILE, json.dumps({"checkpointLocation": mine}).encode())
+    logger.info("checkpoint storage %s claimed by the query at %s", backend.describe(), mine)
