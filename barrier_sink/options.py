@@ -41,8 +41,11 @@ COMMON_SINK_OPTIONS: List[OptionSpec] = [
 
 KAFKA_SINK_OPTIONS: List[OptionSpec] = [
     OptionSpec("kafka.bootstrap.servers", None, "Kafka brokers.", is_required=True),
-    OptionSpec("kafka.", None, "Any other Kafka producer setting (kafka-python names with dots, "
-               "e.g. kafka.security.protocol).", is_prefix=True),
+    OptionSpec("kafka.", None, "Any other Kafka producer setting, translated exactly as on the "
+               "source ('kafka.security.protocol' -> security_protocol; "
+               "'kafka.sasl.jaas.config' -> sasl_plain_username/password; PEM "
+               "'kafka.ssl.truststore.location' -> ssl_cafile). kafka.group.id and "
+               "kafka.transactional.id are refused.", is_prefix=True),
     OptionSpec("topic", None, "Topic for every record; overrides a `topic` column as in "
                "Spark's Kafka sink."),
     OptionSpec("transactionalIdPrefix", "barrier-kafka-<hash of checkpointLocation>",
