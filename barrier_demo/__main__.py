@@ -18,19 +18,6 @@ import time
 import uuid
 
 
-def produce(bootstrap: str, topic: str, records: int, keys: int) -> float:
-    from kafka import KafkaProducer
-
-    started = time.monotonic()
-    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, acks=1,
-                             batch_size=512 * 1024)
-    for i in range(records):
-        producer.send(topic, key=b"user-%d" % (i % keys), value=b'{"event": %d}' % i)
-    producer.flush(timeout=120)
-    producer.close()
-    return time.monotonic() - started
-
-
 def committed_records(storage: str, topic: str) -> int:
     try:
         with open(os.path.join(storage, "_completed_offsets.json")) as f:
@@ -83,6 +70,7 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=900)
     args = parser.parse_args(argv)
 
+    from barrier_demo.sample_events import produce_events
     from barrier_demo.verify import summarize, verify
     from barrier_sink.lingering import list_lingering
     from kafka_harness.broker import KafkaBroker
@@ -112,7 +100,7 @@ def main(argv=None) -> int:
         create_topic(admin, topics["in"], 4)
         create_topic(admin, topics["out"], 2)
         admin.close()
-        took = produce(bootstrap, topics["in"], args.records, args.keys)
+        took = produce_events(bootstrap, topics["in"], 0, args.records, args.keys)
         print(f"2/5 produced {args.records} events ({args.keys} keys) to {topics['in']} "
               f"in {took:.1f}s")
         print(f"3/5 running the exactly-once pipeline; SIGKILL at {args.crash_at} ...")

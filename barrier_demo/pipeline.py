@@ -20,23 +20,9 @@ import time
 from dataclasses import dataclass
 from typing import Dict, Optional
 
-from barrier_ops.function import KeyedProcessFunction
+from barrier_ops.examples.running_count import OUTPUT_SCHEMA, RunningCount
 
 logger = logging.getLogger(__name__)
-
-OUTPUT_SCHEMA = "key string, value string"
-
-
-class RunningCountPerRecord(KeyedProcessFunction):
-    """Emits ``"<key>:<running count>"`` for each record of the key (executor)."""
-
-    def process_records(self, key, records, state):
-        count = state.value_state("count", 0)
-        start = count.value()
-        count.update(start + len(records))
-        k = bytes(key).decode("utf-8", "replace") if isinstance(key, (bytes, bytearray)) else str(key)
-        return [(k, f"{k}:{start + i}") for i in range(1, len(records) + 1)]
-
 
 @dataclass(frozen=True)
 class PipelineConfig:
@@ -82,7 +68,7 @@ def start_pipeline(spark, cfg: PipelineConfig, sink: str = "barrier-kafka",
            .option("checkpoint.storage", cfg.storage))
     if cfg.restore_from:
         src = src.option("execution.savepoint.path", cfg.restore_from)
-    counted = keyed_process(src.load(), "key", RunningCountPerRecord(), OUTPUT_SCHEMA,
+    counted = keyed_process(src.load(), "key", RunningCount(), OUTPUT_SCHEMA,
                             operator_id="running-count", state_backend=cfg.storage,
                             max_parallelism=cfg.max_parallelism, restore_from=cfg.restore_from)
     if cfg.output_path and sink == "barrier-kafka":

@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import logging
 from abc import ABC, abstractmethod
-from typing import Dict, Iterable, List, Optional
+from typing import Iterable, List, Optional
 
 from barrier_sink.messages import SinkCommitMessage
 from barrier_source.faults import maybe_crash

@@ -9,7 +9,6 @@ import sys
 import time
 import uuid
 
-import pytest
 from kafka.admin import KafkaAdminClient
 
 from barrier_demo.pipeline import PipelineConfig, completed_offsets

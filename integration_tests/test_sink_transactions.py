@@ -9,12 +9,11 @@ import sys
 import time
 import uuid
 
-import pytest
 from kafka import KafkaConsumer, TopicPartition
 
 from barrier_sink.lingering import abort_lingering, list_lingering
 from barrier_sink.transaction import (EndResult, TransactionalWriter, TransactionHandle,
-                                      abort_handle, commit_handle, fence_and_abort)
+                                      abort_handle, commit_handle)
 
 PRECOMMIT_IN_CHILD = r"""
 import json, os, sys

@@ -144,7 +144,7 @@ class KafkaBroker:
         return path
 
     def _java_cmd(self, libs: Path, *args: str) -> list:
-        return [require_java(), f"-Xms256m", f"-Xmx{self.heap}", "-XX:+UseG1GC",
+        return [require_java(), "-Xms256m", f"-Xmx{self.heap}", "-XX:+UseG1GC",
                 "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
                 "-cp", f"{libs}/*", *args]

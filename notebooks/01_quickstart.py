@@ -80,21 +80,11 @@ barrier_source.register(spark)
 
 # COMMAND ----------
 
-from kafka import KafkaProducer
-from kafka.admin import KafkaAdminClient, NewTopic
+from barrier_demo.sample_events import create_topics, produce_events
 
 NUM_EVENTS = 200
-admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
-try:
-    admin.create_topics([NewTopic(TOPIC, 2, 1)], timeout_ms=30000)
-finally:
-    admin.close()
-
-producer = KafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all")
-for i in range(NUM_EVENTS):
-    producer.send(TOPIC, key=f"user-{i % 10}".encode(), value=f'{{"event": {i}}}'.encode())
-producer.flush()
-producer.close()
+create_topics(BOOTSTRAP, {TOPIC: 2})
+produce_events(BOOTSTRAP, TOPIC, 0, NUM_EVENTS, keys=10)  # key user-<i % 10>, {"event": i}
 print(f"produced {NUM_EVENTS} events to {TOPIC}")
 
 # COMMAND ----------
@@ -183,6 +173,8 @@ print(result)
 # COMMAND ----------
 
 # Clean up: drop the in-memory table and the topic.
+from kafka.admin import KafkaAdminClient
+
 spark.catalog.dropTempView(TABLE)
 admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
 try:

@@ -68,24 +68,14 @@ barrier_source.register(spark)
 
 # COMMAND ----------
 
-from kafka import KafkaProducer
-from kafka.admin import KafkaAdminClient, NewTopic
+from barrier_demo.sample_events import create_topics, produce_events
 
-admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
-try:
-    admin.create_topics([NewTopic(INPUT_TOPIC, 3, 1), NewTopic(OUTPUT_TOPIC, 2, 1)],
-                        timeout_ms=30000)
-finally:
-    admin.close()
+create_topics(BOOTSTRAP, {INPUT_TOPIC: 3, OUTPUT_TOPIC: 2})
 
 
 def produce(first, count):
-    """Send events ``first .. first+count-1`` to the input topic."""
-    producer = KafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all", linger_ms=10)
-    for i in range(first, first + count):
-        producer.send(INPUT_TOPIC, key=f"user-{i % 25}".encode(), value=f'{{"event": {i}}}'.encode())
-    producer.flush()
-    producer.close()
+    """Send events ``first .. first+count-1`` (key ``user-<i % 25>``) to the input topic."""
+    produce_events(BOOTSTRAP, INPUT_TOPIC, first, count, keys=25)
 
 
 produce(0, NUM_EVENTS)
@@ -100,21 +90,24 @@ print(f"produced {NUM_EVENTS} events")
 # MAGIC in partition/offset order, and keyed state (`value_state`, `list_state`, `map_state`, timers).
 # MAGIC The state is snapshotted per key group to the state backend when the barriers of a checkpoint
 # MAGIC have arrived on every input partition (**alignment**).
+# MAGIC
+# MAGIC This notebook uses the running count shipped in `barrier_ops.examples.running_count`; your
+# MAGIC own function looks the same:
+# MAGIC
+# MAGIC ```python
+# MAGIC class RunningCount(KeyedProcessFunction):
+# MAGIC     def process_records(self, key, records, state):
+# MAGIC         count = state.value_state("count", 0)      # keyed state, snapshotted per key group
+# MAGIC         start = count.value()
+# MAGIC         count.update(start + len(records))
+# MAGIC         k = key.decode()
+# MAGIC         return [(k, f"{k}:{start + i}") for i in range(1, len(records) + 1)]
+# MAGIC ```
 
 # COMMAND ----------
 
-from barrier_ops import KeyedProcessFunction, keyed_process
-
-
-class RunningCount(KeyedProcessFunction):
-    """Emits ``"<key>:<running count>"`` for each record of the key."""
-
-    def process_records(self, key, records, state):
-        count = state.value_state("count", 0)
-        start = count.value()
-        count.update(start + len(records))
-        k = bytes(key).decode() if isinstance(key, (bytes, bytearray)) else str(key)
-        return [(k, f"{k}:{start + i}") for i in range(1, len(records) + 1)]
+from barrier_ops import keyed_process
+from barrier_ops.examples.running_count import RunningCount
 
 # COMMAND ----------
 
@@ -188,31 +181,15 @@ print(f"second run: {len(progress)} micro-batches")
 
 # COMMAND ----------
 
-import time
 from collections import Counter
 
-from kafka import KafkaConsumer, TopicPartition
+from barrier_demo.verify import read_topic
 
 
 def read_all(topic, isolation="read_committed", keys=False, timeout_s=60):
-    """Every value (or key) of ``topic``, read until each partition's end (the last stable
-    offset for read_committed)."""
-    consumer = KafkaConsumer(bootstrap_servers=BOOTSTRAP, isolation_level=isolation,
-                             enable_auto_commit=False)
-    try:
-        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
-        consumer.assign(parts)
-        consumer.seek_to_beginning(*parts)
-        out, deadline = [], time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for msgs in consumer.poll(timeout_ms=500).values():
-                out.extend(m.key if keys else m.value for m in msgs)
-            ends = consumer.end_offsets(parts)
-            if all(consumer.position(tp) >= ends[tp] for tp in parts):
-                return out
-        raise TimeoutError(f"{topic} not read to its end in {timeout_s}s (open transaction?)")
-    finally:
-        consumer.close()
+    """Every value (or key) of ``topic``, read to each partition's end (for read_committed: the
+    last stable offset, which an open transaction would hold back)."""
+    return read_topic(BOOTSTRAP, topic, isolation, timeout_s, values=not keys)
 
 
 input_keys = Counter(k.decode() for k in read_all(INPUT_TOPIC, "read_uncommitted", keys=True))

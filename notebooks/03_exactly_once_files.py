@@ -57,22 +57,14 @@ barrier_source.register(spark)
 
 # COMMAND ----------
 
-from kafka import KafkaProducer
-from kafka.admin import KafkaAdminClient, NewTopic
+from barrier_demo.sample_events import create_topics, produce_events
 
-admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
-try:
-    admin.create_topics([NewTopic(INPUT_TOPIC, 3, 1)], timeout_ms=30000)
-finally:
-    admin.close()
+create_topics(BOOTSTRAP, {INPUT_TOPIC: 3})
 
 
 def produce(first, count):
-    producer = KafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all", linger_ms=10)
-    for i in range(first, first + count):
-        producer.send(INPUT_TOPIC, key=f"user-{i % 25}".encode(), value=f'{{"event": {i}}}'.encode())
-    producer.flush()
-    producer.close()
+    """Send events ``first .. first+count-1`` (key ``user-<i % 25>``) to the input topic."""
+    produce_events(BOOTSTRAP, INPUT_TOPIC, first, count, keys=25)
 
 
 produce(0, NUM_EVENTS)
@@ -80,18 +72,8 @@ print(f"produced {NUM_EVENTS} events")
 
 # COMMAND ----------
 
-from barrier_ops import KeyedProcessFunction, keyed_process
-
-
-class RunningCount(KeyedProcessFunction):
-    """Emits ``(key, "<key>:<running count>", running count)`` for each record of the key."""
-
-    def process_records(self, key, records, state):
-        count = state.value_state("count", 0)
-        start = count.value()
-        count.update(start + len(records))
-        k = bytes(key).decode() if isinstance(key, (bytes, bytearray)) else str(key)
-        return [(k, f"{k}:{start + i}", start + i) for i in range(1, len(records) + 1)]
+from barrier_ops import keyed_process
+from barrier_ops.examples.running_count import RunningCount  # the function of notebook 02
 
 # COMMAND ----------
 
@@ -112,7 +94,7 @@ def run_job():
               .option("execution.checkpointing.interval-batches", "1")
               .option("checkpoint.storage", STORAGE)
               .load())
-    counted = keyed_process(source, "key", RunningCount(),
+    counted = keyed_process(source, "key", RunningCount(with_count=True),
                             "key string, value string, count long",
                             operator_id="running-count", state_backend=STORAGE,
                             max_parallelism=16)
@@ -145,8 +127,6 @@ print(f"second run (restarted on the same checkpoints): {len(progress)} micro-ba
 # MAGIC local path `spark.read.parquet(path)` gives the same rows: staged files are under `_staging`).
 
 # COMMAND ----------
-
-import json
 
 from barrier_sink.file_sink import published_files
 

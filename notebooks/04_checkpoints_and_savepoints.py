@@ -51,28 +51,10 @@ barrier_source.register(spark)
 
 # COMMAND ----------
 
-from kafka import KafkaProducer
-from kafka.admin import KafkaAdminClient, NewTopic
+from barrier_demo.sample_events import create_topics, produce_events
 
-KEYS = 20
-admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
-try:
-    admin.create_topics([NewTopic(INPUT_TOPIC, 2, 1), NewTopic(f"{INPUT_TOPIC}-out-a", 1, 1),
-                         NewTopic(f"{INPUT_TOPIC}-out-b", 1, 1)],
-                        timeout_ms=30000)
-finally:
-    admin.close()
-
-
-def produce(first, count):
-    producer = KafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all", linger_ms=10)
-    for i in range(first, first + count):
-        producer.send(INPUT_TOPIC, key=f"user-{i % KEYS}".encode(), value=f'{{"event": {i}}}'.encode())
-    producer.flush()
-    producer.close()
-
-
-produce(0, 800)
+create_topics(BOOTSTRAP, {INPUT_TOPIC: 2, f"{INPUT_TOPIC}-out-a": 1, f"{INPUT_TOPIC}-out-b": 1})
+produce_events(BOOTSTRAP, INPUT_TOPIC, 0, 800, keys=20)
 
 # COMMAND ----------
 
@@ -86,18 +68,8 @@ produce(0, 800)
 
 # COMMAND ----------
 
-import json
-
-from barrier_ops import KeyedProcessFunction, keyed_process, records_only
-
-
-class RunningCount(KeyedProcessFunction):
-    def process_records(self, key, records, state):
-        count = state.value_state("count", 0)
-        start = count.value()
-        count.update(start + len(records))
-        k = bytes(key).decode() if isinstance(key, (bytes, bytearray)) else str(key)
-        return [(k, f"{k}:{start + i}") for i in range(1, len(records) + 1)]
+from barrier_ops import keyed_process, records_only
+from barrier_ops.examples.running_count import RunningCount  # the function of notebook 02
 
 
 def job(name, storage, output_topic=None, starting_offsets="earliest", restore_from=None):
@@ -268,31 +240,19 @@ print("restored checkpoints completed:", CompletedCheckpointStore(backend_b).com
 
 # COMMAND ----------
 
-import time
 from collections import Counter
 
 from kafka import KafkaConsumer, TopicPartition
+
+from barrier_demo.verify import read_topic
 
 from barrier_sink.lingering import list_lingering
 
 
 def read_all(topic, isolation="read_committed", keys=False, timeout_s=60):
-    consumer = KafkaConsumer(bootstrap_servers=BOOTSTRAP, isolation_level=isolation,
-                             enable_auto_commit=False)
-    try:
-        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
-        consumer.assign(parts)
-        consumer.seek_to_beginning(*parts)
-        out, deadline = [], time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for msgs in consumer.poll(timeout_ms=500).values():
-                out.extend(m.key if keys else m.value for m in msgs)
-            ends = consumer.end_offsets(parts)
-            if all(consumer.position(tp) >= ends[tp] for tp in parts):
-                return out
-        raise TimeoutError(f"{topic} not read to its end in {timeout_s}s")
-    finally:
-        consumer.close()
+    """Every value (or key) of ``topic``, read to each partition's end (for read_committed: the
+    last stable offset, which an open transaction would hold back)."""
+    return read_topic(BOOTSTRAP, topic, isolation, timeout_s, values=not keys)
 
 
 def max_count(values):
