@@ -70,11 +70,10 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=900)
     args = parser.parse_args(argv)
 
-    from barrier_demo.sample_events import produce_events
+    from barrier_demo.sample_events import create_topics, produce_events
     from barrier_demo.verify import summarize, verify
     from barrier_sink.lingering import list_lingering
     from kafka_harness.broker import KafkaBroker
-    from kafka_harness.topics import create_topic
     from state_backends.registry import backend_from_uri
     from state_backends.stats import format_stats_table, load_all_stats, plot_stats
 
@@ -91,15 +90,10 @@ def main(argv=None) -> int:
             print(f"    broker {bootstrap} up in {broker.start_seconds:.1f}s")
         else:
             print(f"1/5 using the Kafka broker at {bootstrap}")
-        from kafka.admin import KafkaAdminClient
-
         suffix = uuid.uuid4().hex[:6]
         topics = {"in": f"demo-events-{suffix}", "out": f"demo-counts-{suffix}",
                   "group": f"demo-group-{suffix}", "prefix": f"demo-{suffix}"}
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-        create_topic(admin, topics["in"], 4)
-        create_topic(admin, topics["out"], 2)
-        admin.close()
+        create_topics(bootstrap, {topics["in"]: 4, topics["out"]: 2})
         took = produce_events(bootstrap, topics["in"], 0, args.records, args.keys)
         print(f"2/5 produced {args.records} events ({args.keys} keys) to {topics['in']} "
               f"in {took:.1f}s")

@@ -71,16 +71,14 @@ def start_pipeline(spark, cfg: PipelineConfig, sink: str = "barrier-kafka",
     counted = keyed_process(src.load(), "key", RunningCount(), OUTPUT_SCHEMA,
                             operator_id="running-count", state_backend=cfg.storage,
                             max_parallelism=cfg.max_parallelism, restore_from=cfg.restore_from)
-    if cfg.output_path and sink == "barrier-kafka":
-        sink = "barrier-files"
-    if sink == "barrier-files":
-        writer = (counted.writeStream.format("barrier-files")
-                  .option("path", cfg.output_path)
-                  .option("checkpoint.storage", cfg.storage))
-    elif sink == "spark-kafka":
+    if sink == "spark-kafka":
         writer = (records_only(counted).select("key", "value").writeStream.format("kafka")
                   .option("kafka.bootstrap.servers", cfg.bootstrap)
                   .option("topic", cfg.output_topic))
+    elif cfg.output_path:
+        writer = (counted.writeStream.format("barrier-files")
+                  .option("path", cfg.output_path)
+                  .option("checkpoint.storage", cfg.storage))
     else:
         writer = (counted.writeStream.format("barrier-kafka")
                   .option("kafka.bootstrap.servers", cfg.bootstrap)

@@ -58,8 +58,9 @@ def expected_output(bootstrap: str, input_topic: str) -> Counter:
 
 
 def read_published_files(path: str, options: Dict[str, str] = None) -> List[bytes]:
-    """All ``value`` cells of the Parquet files the barrier-files sink published at ``path``
-    (the files its manifests list: what a reader following the published set sees)."""
+    """All ``value`` cells (as bytes, from a string or binary column) of the Parquet files the
+    barrier-files sink published at ``path`` (the files its manifests list: what a reader
+    following the published set sees)."""
     import io
 
     import pyarrow.parquet as pq
@@ -72,7 +73,8 @@ def read_published_files(path: str, options: Dict[str, str] = None) -> List[byte
     out: List[bytes] = []
     for uri in published_files(path, options):
         table = pq.read_table(io.BytesIO(store.get(uri[len(base):])), columns=["value"])
-        out.extend(v.encode() for v in table.column("value").to_pylist())
+        out.extend(v if isinstance(v, bytes) else v.encode()
+                   for v in table.column("value").to_pylist())
     return out
 
 

@@ -33,8 +33,8 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadM
 
 from barrier_source.exceptions import (BarrierKafkaError, InvalidOptionError, MissingTopicError,
                                        OffsetOutOfRangeError)
-from barrier_source.offsets import (PartitionOffsets, SourceOffset, offset_of, offsets_to_json,
-                                    sorted_channels, split_channel)
+from barrier_source.offsets import (PartitionOffsets, SourceOffset, offset_of, offsets_from_json,
+                                    offsets_to_json, sorted_channels, split_channel)
 from barrier_source.options import PLACEMENT_TIMESTAMP, SourceOptions, client_config
 from barrier_source.planner import count_rows, plan_end_offset, rate_limit
 from barrier_source.trigger import CheckpointTrigger, TriggerDecision, TriggerState
@@ -212,8 +212,7 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         checkpoint_id, savepoint = parse_restore_spec(spec)
         store = CompletedCheckpointStore(backend_from_uri(storage, self.opts.storage_options))
         point = store.restore(checkpoint_id=checkpoint_id, savepoint=savepoint)
-        restored = {t: {int(p): int(o) for p, o in parts.items()}
-                    for t, parts in point.source_offsets.items()}
+        restored = offsets_from_json(point.source_offsets, f"offsets of {point.location}")
         out = {t: dict(parts) for t, parts in offsets.items()}
         for t, parts in out.items():
             for p in parts:

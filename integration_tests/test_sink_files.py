@@ -4,12 +4,11 @@ checkpoint stay invisible; a replayed batch publishes nothing twice."""
 
 from __future__ import annotations
 
-import io
 from collections import Counter
 
-import pyarrow.parquet as pq
 import pytest
 
+from barrier_demo.verify import read_published_files
 from barrier_ops.testing import ScriptDataSource, write_script
 from barrier_sink.file_sink import published_files
 from barrier_sink.file_store import file_store_from_path
@@ -25,25 +24,15 @@ def run_files(spark, script_path, path, chk, **options):
     run_script_to_sink(spark, script_path, "barrier-files", chk, path=path, **options)
 
 
-def values_in(store, files):
-    base = store.uri("")
-    out = []
-    for f in files:
-        assert f.startswith(base)
-        out += pq.read_table(io.BytesIO(store.get(f[len(base):]))).column("value").to_pylist()
-    return out
-
-
 def test_local_files_published_exactly_once(spark, script_source, tmp_path):
     script = sealed_script(seed=3, partitions=2, records=50, checkpoints=2, batches=3)
     path = str(tmp_path / "out")
     run_files(spark, write_script(script, str(tmp_path / "s.json")), path, str(tmp_path / "chk"))
     files = published_files(path)
     assert files and all(f.endswith(".parquet") for f in files)
-    store = file_store_from_path(path, {})
-    assert Counter(values_in(store, files)) == Counter(r["value"].encode()
-                                                       for r in script["records"])
-    assert store.list("_staging/") == []  # nothing left staged
+    assert Counter(read_published_files(path)) == Counter(r["value"].encode()
+                                                          for r in script["records"])
+    assert file_store_from_path(path, {}).list("_staging/") == []  # nothing left staged
     # Spark's own reader sees exactly the published files (staging is '_'-prefixed).
     assert spark.read.parquet(path).count() == len(script["records"])
 
@@ -56,7 +45,7 @@ def test_incomplete_checkpoint_stays_staged_and_invisible(spark, script_source, 
     path = str(tmp_path / "out")
     run_files(spark, write_script(script, str(tmp_path / "s.json")), path, str(tmp_path / "chk"))
     store = file_store_from_path(path, {})
-    visible = Counter(values_in(store, published_files(path)))
+    visible = Counter(read_published_files(path))
     assert visible == Counter(r["value"].encode() for r in script["records"]
                               if r["checkpoint_id"] <= 1)
     assert store.list("_staging/"), "epoch 2 must stay staged until checkpoint 2 completes"
@@ -71,7 +60,6 @@ def test_s3_files_published_exactly_once(spark, script_source, tmp_path, s3_serv
               str(tmp_path / "chk"), **s3)
     files = published_files(path, s3)
     assert files and all(f.startswith(f"s3://{s3_bucket}/events/part-") for f in files)
-    store = file_store_from_path(path, s3)
-    assert Counter(values_in(store, files)) == Counter(r["value"].encode()
-                                                       for r in script["records"])
-    assert store.list("_staging/") == []
+    assert Counter(read_published_files(path, s3)) == Counter(r["value"].encode()
+                                                              for r in script["records"])
+    assert file_store_from_path(path, s3).list("_staging/") == []

@@ -183,25 +183,12 @@ print(f"second run: {len(progress)} micro-batches")
 
 from collections import Counter
 
-from barrier_demo.verify import read_topic
+from barrier_demo.verify import compare, expected_output, read_topic, summarize
 
-
-def read_all(topic, isolation="read_committed", keys=False, timeout_s=60):
-    """Every value (or key) of ``topic``, read to each partition's end (for read_committed: the
-    last stable offset, which an open transaction would hold back)."""
-    return read_topic(BOOTSTRAP, topic, isolation, timeout_s, values=not keys)
-
-
-input_keys = Counter(k.decode() for k in read_all(INPUT_TOPIC, "read_uncommitted", keys=True))
-expected = Counter(f"{k}:{i}".encode() for k, n in input_keys.items() for i in range(1, n + 1))
-got = Counter(read_all(OUTPUT_TOPIC))
-verification = {
-    "input_records": sum(input_keys.values()),
-    "output_records": sum(got.values()),
-    "duplicates": sum(n - 1 for v, n in got.items() if n > 1),
-    "lost": sum(1 for v in expected if v not in got),
-    "unexpected": sum(n for v, n in got.items() if v not in expected),
-}
+# read_committed, to each partition's last stable offset (an open transaction would hold it back)
+got = Counter(read_topic(BOOTSTRAP, OUTPUT_TOPIC))
+# k:1 .. k:N_k for every input key k, against what was committed
+verification = summarize(compare(expected_output(BOOTSTRAP, INPUT_TOPIC), got))
 display(spark.createDataFrame([verification]))
 
 # COMMAND ----------

@@ -148,29 +148,12 @@ display(output.groupBy("key").max("count").orderBy("key"))
 
 from collections import Counter
 
-from kafka import KafkaConsumer, TopicPartition
+from barrier_demo.verify import compare, expected_output, summarize
 
-consumer = KafkaConsumer(bootstrap_servers=BOOTSTRAP, enable_auto_commit=False)
-parts = [TopicPartition(INPUT_TOPIC, p) for p in sorted(consumer.partitions_for_topic(INPUT_TOPIC))]
-consumer.assign(parts)
-consumer.seek_to_beginning(*parts)
-ends = consumer.end_offsets(parts)
-input_keys = Counter()
-while any(consumer.position(tp) < ends[tp] for tp in parts):
-    for msgs in consumer.poll(timeout_ms=500).values():
-        input_keys.update(m.key.decode() for m in msgs)
-consumer.close()
-
-expected = Counter(f"{k}:{i}" for k, n in input_keys.items() for i in range(1, n + 1))
-got = Counter(r["value"] for r in output.select("value").collect())
-verification = {
-    "input_records": sum(input_keys.values()),
-    "output_records": sum(got.values()),
-    "duplicates": sum(n - 1 for v, n in got.items() if n > 1),
-    "lost": sum(1 for v in expected if v not in got),
-    "unexpected": sum(n for v, n in got.items() if v not in expected),
-    "published_files": len(files),
-}
+# what Spark read from the published files, against k:1 .. k:N_k for every input key k
+got = Counter(r["value"].encode() for r in output.select("value").collect())
+verification = dict(summarize(compare(expected_output(BOOTSTRAP, INPUT_TOPIC), got)),
+                    published_files=len(files))
 display(spark.createDataFrame([verification]))
 
 # COMMAND ----------
