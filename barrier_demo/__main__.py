@@ -28,11 +28,12 @@ def committed_records(storage: str, topic: str) -> int:
 
 def run_pipeline(args, bootstrap, topics, workdir, crash_at=None) -> tuple:
     """Run ``barrier_demo.pipeline`` as a child process group; returns (exit code, seconds)."""
-    env = dict(os.environ)
-    env.pop("BARRIER_KAFKA_CRASH_AT", None)
-    env["BARRIER_KAFKA_CRASH_DIR"] = os.path.join(workdir, "crash")
-    if crash_at:
-        env["BARRIER_KAFKA_CRASH_AT"] = crash_at
+    from barrier_source import faults
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in (faults.SWITCH, faults.CRASH_AT, faults.FAIL_AT)}
+    if crash_at:  # the demo's deliberate kill: fault injection switched on for this child only
+        env.update(faults.fault_env(os.path.join(workdir, "crash"), crash_at=crash_at))
     cmd = [sys.executable, "-m", "barrier_demo.pipeline", "--bootstrap", bootstrap,
            "--input", topics["in"], "--output", topics["out"], "--workdir", workdir,
            "--group", topics["group"], "--prefix", topics["prefix"],

@@ -14,15 +14,24 @@ Durable layout (in the checkpoint storage)::
 
 Protocol of ``on_batch_committed(N)`` (numbered as in the code):
 
-1. Dedupe a replay: handles whose transactional.id was already committed in an earlier attempt
-   of batch N are duplicates of committed output: abort them. Handles of the earlier attempt
-   that this attempt did not reproduce are aborted too (they were fenced or are debris).
+1. Dedupe a replay: a handle is identified by its slot (batch, task, epoch), whatever its
+   transactional.id or staged name (those also carry the task attempt and the prefix). A handle
+   whose slot an earlier attempt of batch N already committed duplicates committed output:
+   abort it. Uncommitted handles of the earlier attempt are aborted (they were fenced, or the
+   replay made new ones for their slots).
 2. Record batch N durably (one atomic put).
 3. Feed barriers and acks to the checkpoint coordinator, which completes checkpoints (metadata
    written last) and returns the newest completed checkpoint.
 4. notifyCheckpointComplete(n): commit every recorded, uncommitted handle of epoch <= n (handles
    without an epoch belong to the first checkpoint completed at or after their batch), marking
    each batch record as it goes; then publish n's offsets for the consumer-group commit.
+5. Sweep: abort open output of this sink that no batch record names (losing speculative
+   attempts, attempts of a crashed run; ``abort_unrecorded``).
+
+``on_batch_aborted(N)`` (Spark gave up on batch N, also after ``commit(N)`` raised): handles of a
+checkpoint that completed (its ``_metadata`` is written) are never aborted; they are committed
+forward now, or by ``recover`` at the next start. Every other handle of N is aborted and dropped
+from N's record, so no later notification tries to commit it.
 
 Scenarios after a crash (as in Flink's notifyCheckpointComplete comment):
 (1) crash before 2: Spark replays N; the replay's tasks fence the attempt's transactions (same
@@ -40,7 +49,7 @@ from abc import ABC, abstractmethod
 from typing import Iterable, List, Optional
 
 from barrier_sink.messages import SinkCommitMessage
-from barrier_source.faults import maybe_crash
+from barrier_source.faults import FaultPoint, fault_point
 from barrier_source.group_commit import COMPLETED_OFFSETS_FILE as COMPLETED_OFFSETS
 from barrier_source.group_commit import completed_offsets_json
 
@@ -62,8 +71,30 @@ class SinkCommitter(ABC):
 
     # ------------------------------------------------------------------ subclass hooks
     @abstractmethod
-    def handle_id(self, handle: dict) -> str:
-        """Stable identity of a handle across attempts (transactional.id / staged path)."""
+    def transaction_name(self, handle: dict) -> str:
+        """The handle's own transaction (transactional.id / staged path), for logs and to tell
+        two attempts of one slot apart."""
+
+    def abort_unrecorded(self, batch_id: Optional[int]) -> None:
+        """Abort open output of this sink that belongs to batches <= ``batch_id`` (None: any)
+        and that no batch record names as uncommitted (losing speculative attempts, attempts
+        of a crashed run). Default: nothing."""
+
+    def _pending_names(self, batch_id: int, cache: dict) -> set:
+        """Transaction names of batch ``batch_id``'s recorded, uncommitted handles."""
+        if batch_id not in cache:
+            record = self.load_batch(batch_id) or {}
+            done = record.get("committed", {})
+            cache[batch_id] = {self.transaction_name(h) for h in record.get("handles", [])
+                               if self.handle_id(h) not in done}
+        return cache[batch_id]
+
+    @staticmethod
+    def handle_id(handle: dict) -> str:
+        """Identity of a handle's slot, the same in every attempt and replay of its batch:
+        ``b<batch>-p<task>-e<epoch>``."""
+        epoch = handle.get("checkpoint_id")
+        return f"b{handle['batch_id']}-p{handle['partition_id']}-e{'n' if epoch is None else epoch}"
 
     @abstractmethod
     def commit_handle(self, handle: dict) -> None:
@@ -95,7 +126,7 @@ class SinkCommitter(ABC):
     # ------------------------------------------------------------------ protocol
     def on_batch_committed(self, batch_id: int, messages: Iterable[SinkCommitMessage]) -> None:
         messages = list(messages)
-        maybe_crash("commit_before_record")
+        fault_point(FaultPoint.COMMIT_BEFORE_RECORD)
         handles = [h for m in messages for h in m.handles]
         previous = self.load_batch(batch_id)
         # Step 1. Dedupe a replay of batch N.
@@ -105,14 +136,14 @@ class SinkCommitter(ABC):
             for h in handles:
                 if self.handle_id(h) in done:
                     logger.info("batch %d: %s already committed by an earlier attempt; "
-                                "aborting the replay's duplicate", batch_id, self.handle_id(h))
+                                "aborting the replay's duplicate %s", batch_id,
+                                self.handle_id(h), self.transaction_name(h))
                     self.abort_handle(h)
                 else:
                     fresh.append(h)
-            new_ids = {self.handle_id(h) for h in handles}
+            new_names = {self.transaction_name(h) for h in handles}
             for h in previous["handles"]:
-                hid = self.handle_id(h)
-                if hid not in new_ids and hid not in done:
+                if self.handle_id(h) not in done and self.transaction_name(h) not in new_names:
                     self.abort_handle(h)
             handles = fresh + [h for h in previous["handles"] if self.handle_id(h) in done]
         # Step 2. Record batch N durably.
@@ -129,13 +160,54 @@ class SinkCommitter(ABC):
         # Step 4. notifyCheckpointComplete.
         if completed is not None:
             self.notify_checkpoint_complete(completed, batch_id, coordinator)
+        # Step 5. Sweep losers.
+        self.abort_unrecorded(batch_id)
+
+    @staticmethod
+    def _belongs(handle: dict, batch_id: int, completed) -> bool:
+        """Does ``handle`` (of batch ``batch_id``) hold output of checkpoint ``completed`` or an
+        earlier one? Handles without an epoch belong to the first checkpoint completed at or
+        after their batch."""
+        epoch = handle.get("checkpoint_id")
+        if epoch is not None:
+            return epoch <= completed.checkpoint_id
+        return batch_id <= completed.completion_batch
 
     def on_batch_aborted(self, batch_id: int, messages: Iterable[SinkCommitMessage]) -> None:
-        """Spark aborted batch N: its transactions must never become visible."""
+        """Spark aborted batch N (a task failed, or ``commit(N)`` raised): see the module
+        docstring. Output of a completed checkpoint is committed forward, never aborted."""
+        record = self.load_batch(batch_id)
+        coordinator = self._coordinator_factory()
+        completed = coordinator.latest_completed()
+        recorded = {self.handle_id(h): h for h in (record or {}).get("handles", [])}
+        keep, aborted = [], set()
         for m in messages:
             for h in m.handles:
+                hid = self.handle_id(h)
+                if (completed is not None and hid in recorded
+                        and self.transaction_name(recorded[hid]) == self.transaction_name(h)
+                        and self._belongs(h, batch_id, completed)):
+                    keep.append(hid)
+                    continue
                 self.abort_handle(h)
-        logger.warning("batch %d aborted by Spark; its transactions were aborted", batch_id)
+                aborted.add(hid)
+        if record is not None:
+            left = [h for h in record["handles"]
+                    if self.handle_id(h) not in aborted or self.handle_id(h) in record.get(
+                        "committed", {})]
+            if len(left) != len(record["handles"]):
+                record["handles"] = left
+                self._store_batch(record)
+        logger.warning("batch %d aborted by Spark: %d transactions aborted, %d of completed "
+                       "checkpoint %s kept for commit", batch_id, len(aborted), len(keep),
+                       completed.checkpoint_id if completed is not None else "-")
+        if keep:
+            try:
+                self.notify_checkpoint_complete(completed, batch_id, coordinator)
+            except Exception as exc:  # noqa: BLE001 - recover() finishes it at the next start
+                logger.warning("batch %d: committing completed checkpoint %d forward failed "
+                               "(%s); the next start commits it", batch_id,
+                               completed.checkpoint_id, exc)
 
     def notify_checkpoint_complete(self, completed, batch_id: int, coordinator=None) -> None:
         """Commit every uncommitted handle belonging to checkpoints <= ``completed.checkpoint_id``.
@@ -145,7 +217,7 @@ class SinkCommitter(ABC):
         is raised after the loop (as Flink does), so one bad transaction does not block others.
         """
         n = completed.checkpoint_id
-        maybe_crash("commit_after_metadata")
+        fault_point(FaultPoint.COMMIT_AFTER_METADATA)
         first_error = None
         committed_by_n: List[dict] = []
         for b in self.recorded_batches():
@@ -157,26 +229,25 @@ class SinkCommitter(ABC):
             changed = False
             for h in record["handles"]:
                 hid = self.handle_id(h)
-                epoch = h.get("checkpoint_id")
-                belongs = (epoch is not None and epoch <= n) or (
-                    epoch is None and b <= completed.completion_batch)
-                if hid in done or not belongs:
+                if hid in done or not self._belongs(h, b, completed):
                     continue
                 if committed_by_n:
-                    maybe_crash("commit_mid_transactions")
+                    fault_point(FaultPoint.COMMIT_MID_TRANSACTIONS)
                 try:
                     self.commit_handle(h)
                     done[hid] = n
                     committed_by_n.append(h)
                     changed = True
                 except Exception as exc:  # noqa: BLE001 - keep going, re-raise the first
-                    logger.error("checkpoint %d: commit of %s failed: %s", n, hid, exc)
+                    logger.error("checkpoint %d: commit of %s (%s) failed: %s", n, hid,
+                                 self.transaction_name(h), exc)
                     first_error = first_error or exc
             if changed:
                 record["committed"] = done
                 self._store_batch(record)
         if first_error is not None:
             raise first_error
+        fault_point(FaultPoint.AFTER_TRANSACTIONS)
         self.after_commit(n, committed_by_n)
         # The source commits these offsets to its consumer group on its next trigger.
         self.backend.put(COMPLETED_OFFSETS, json.dumps(completed_offsets_json(
@@ -209,3 +280,5 @@ class SinkCommitter(ABC):
         completed = coordinator.latest_completed()
         if completed is not None:
             self.notify_checkpoint_complete(completed, completed.completion_batch, coordinator)
+        # No task of this query runs yet: every open output no record names is debris.
+        self.abort_unrecorded(None)

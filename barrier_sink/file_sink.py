@@ -16,7 +16,8 @@ from __future__ import annotations
 import io
 import json
 import logging
-from typing import Dict, List
+import re
+from typing import Dict, List, Optional
 
 from barrier_sink.committer import SinkCommitter
 from barrier_sink.file_store import FileStore, file_store_from_path
@@ -24,6 +25,8 @@ from barrier_sink.options import COMMON_SINK_OPTIONS, FILE_SINK_OPTIONS, Checkpo
 from barrier_sink.two_phase_commit import TwoPhaseCommitWriter
 
 logger = logging.getLogger(__name__)
+
+_STAGED_RE = re.compile(r"part-b(\d+)-p\d+(?:-a\d+)?-e(?:\d+|n)\.parquet$")
 
 PROTOCOL_COLUMNS = ("kind", "checkpoint_id", "ack", "barrier_channels", "checkpoint_timestamp")
 
@@ -42,8 +45,26 @@ class FileSinkCommitter(SinkCommitter):
         super().__init__(backend, coordinator_factory)
         self.store = store
 
-    def handle_id(self, handle: dict) -> str:
-        return handle["final"]
+    def transaction_name(self, handle: dict) -> str:
+        return handle["staged"]
+
+    def abort_unrecorded(self, batch_id: Optional[int]) -> None:
+        """Delete staged files of batches <= ``batch_id`` (None: any) that no batch record names
+        as uncommitted: losing speculative or retried attempts, debris of a crashed run."""
+        cache: dict = {}
+        for rel in self.store.list("_staging/"):
+            m = _STAGED_RE.search(rel)
+            if m is None:
+                continue
+            b = int(m.group(1))
+            if batch_id is not None and b > batch_id:
+                continue
+            staged = "_staging/" + rel.rsplit("/", 1)[-1]
+            if staged in self._pending_names(b, cache):
+                continue
+            logger.warning("%s: staged file of an attempt no batch record names: deleting it",
+                           staged)
+            self.store.delete(staged)
 
     def commit_handle(self, handle: dict) -> None:
         self.store.publish(handle["staged"], handle["final"])
@@ -83,10 +104,13 @@ class FileTwoPhaseCommitWriter(TwoPhaseCommitWriter):
         return to_arrow_schema(StructType([f for f in self.schema.fields
                                            if f.name in self.data_columns]), timezone="UTC")
 
-    def begin_transaction(self, batch_id, partition_id, checkpoint_id):
+    def begin_transaction(self, batch_id, partition_id, attempt, checkpoint_id):
+        # The staged name is per attempt (a speculative copy never overwrites or deletes the
+        # winner's file); the final name is per (batch, task, epoch), the same in every replay.
         epoch = "n" if checkpoint_id is None else str(checkpoint_id)
         name = f"part-b{batch_id:09d}-p{partition_id:05d}-e{epoch}.parquet"
-        return StagedFile(f"_staging/{name}", name, checkpoint_id, batch_id, partition_id)
+        staged = f"_staging/part-b{batch_id:09d}-p{partition_id:05d}-a{attempt}-e{epoch}.parquet"
+        return StagedFile(staged, name, checkpoint_id, batch_id, partition_id)
 
     def invoke(self, txn: StagedFile, row) -> None:
         txn.rows.append({c: row[c] for c in self.data_columns})

@@ -4,9 +4,11 @@ Input columns (as Spark's Kafka sink): ``value`` (string or binary, required), o
 ``topic`` (unless the ``topic`` option is set), ``partition``, ``headers``; plus the barrier-kafka
 columns ``kind`` and ``checkpoint_id`` (and ``ack`` after a keyed operator, ``barrier_channels``
 and ``checkpoint_timestamp`` from the source). Executors write each task's rows of one epoch in
-one Kafka transaction with transactional.id ``<prefix>-b<batch>-p<task>-e<epoch>``, so a retried
-task or a replayed batch fences its earlier attempt. The driver commits the transactions when the
-epoch's checkpoint completes.
+one Kafka transaction with transactional.id ``<prefix>-b<batch>-p<task>-a<attempt>-e<epoch>``:
+every attempt of a task (retry, speculative copy) has its own ids, so no attempt fences another's
+pre-committed transaction. Spark hands the driver the winning attempt's handles; the driver
+commits them when the epoch's checkpoint completes and aborts every other open transaction of an
+attempt it recorded no handle for (losers, crashed attempts: :mod:`barrier_sink.lingering`).
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from typing import Dict, Optional
 
 from barrier_sink.committer import SinkCommitter
 from barrier_sink.exceptions import InvalidOptionError
-from barrier_sink.options import KafkaSinkOptions
+from barrier_sink.lingering import list_lingering
+from barrier_sink.options import KafkaSinkOptions, transactional_id_batch
 from barrier_sink.transaction import (EndResult, TransactionalWriter, TransactionHandle,
-                                      abort_handle, commit_handle)
+                                      abort_handle, commit_handle, fence_and_abort)
 from barrier_sink.two_phase_commit import TwoPhaseCommitWriter
 from barrier_sink.exceptions import TransactionCommitError
 
@@ -50,18 +53,52 @@ class KafkaSinkCommitter(SinkCommitter):
         super().__init__(backend, coordinator_factory)
         self.opts = opts
 
-    def handle_id(self, handle: dict) -> str:
+    def transaction_name(self, handle: dict) -> str:
         return handle["transactional_id"]
+
+    def abort_unrecorded(self, batch_id: Optional[int]) -> None:
+        """Fence and abort open transactions of this prefix that no batch record names: the
+        losing attempt of a speculative task, a retried task's first attempt, debris of a
+        crashed run. They would otherwise pin the last stable offset of their partitions for
+        every ``read_committed`` reader until ``transaction.timeout.ms`` (driver)."""
+        prefix = self.opts.transactional_id_prefix
+        cache: dict = {}
+        for txn in list_lingering(self.opts.kafka, prefix):
+            b = transactional_id_batch(prefix, txn.transactional_id)
+            if b is None or (batch_id is not None and b > batch_id):
+                continue
+            if txn.transactional_id in self._pending_names(b, cache):
+                continue
+            logger.warning("%s: open transaction of an attempt no batch record names (a "
+                           "losing speculative or retried attempt, or a crashed run): "
+                           "aborting it", txn.transactional_id)
+            fence_and_abort(self.opts.kafka, txn.transactional_id,
+                            self.opts.transaction_timeout_ms)
 
     def commit_handle(self, handle: dict) -> None:
         h = TransactionHandle.from_json(handle)
-        result = commit_handle(self.opts.kafka, h, self.opts.transaction_timeout_ms)
+        from kafka import errors as Errors
+
+        try:
+            result = commit_handle(self.opts.kafka, h, self.opts.transaction_timeout_ms)
+        except Errors.InvalidTxnStateError as exc:
+            raise TransactionCommitError(
+                f"{h.transactional_id}: pre-committed transaction (producer {h.producer_id} "
+                f"epoch {h.producer_epoch}, {h.records} records) can no longer be committed: "
+                "the broker already ended it, most likely by aborting it after "
+                f"kafka.transaction.timeout.ms ({self.opts.transaction_timeout_ms} ms) passed "
+                "before its checkpoint completed. Its records are not in the output. Raise "
+                "kafka.transaction.timeout.ms (up to the brokers' transaction.max.timeout.ms) "
+                f"or checkpoint more often. ({exc})") from exc
         if result is EndResult.FENCED:
             raise TransactionCommitError(
                 f"{h.transactional_id}: pre-committed transaction (producer {h.producer_id} "
-                f"epoch {h.producer_epoch}) was fenced before its checkpoint committed it; its "
-                f"{h.records} records are lost. Another query may share transactionalIdPrefix "
-                f"'{self.opts.transactional_id_prefix}'.")
+                f"epoch {h.producer_epoch}, {h.records} records) was fenced before its "
+                "checkpoint committed it: a newer producer initialised the same "
+                "transactional.id. Each task attempt has its own id, so the likely cause is "
+                f"another query or job using transactionalIdPrefix "
+                f"'{self.opts.transactional_id_prefix}' (give each query its own prefix), or "
+                "a manual abort of this prefix's transactions.")
 
     def abort_handle(self, handle: dict) -> None:
         abort_handle(self.opts.kafka, TransactionHandle.from_json(handle),
@@ -79,8 +116,8 @@ class KafkaTwoPhaseCommitWriter(TwoPhaseCommitWriter):
         self._has = {c: c in names for c in ("key", "topic", "partition", "headers")}
 
     # executor -------------------------------------------------------------
-    def begin_transaction(self, batch_id, partition_id, checkpoint_id):
-        tid = self.opts.transactional_id(batch_id, partition_id, checkpoint_id)
+    def begin_transaction(self, batch_id, partition_id, attempt, checkpoint_id):
+        tid = self.opts.transactional_id(batch_id, partition_id, checkpoint_id, attempt)
         return TransactionalWriter(self.opts.kafka, tid, self.opts.transaction_timeout_ms,
                                    batch_id, partition_id, checkpoint_id).open()
 

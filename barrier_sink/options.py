@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional
 
@@ -63,6 +64,18 @@ FILE_SINK_OPTIONS: List[OptionSpec] = [
 
 #: Options Spark itself adds to a sink's options.
 SPARK_ADDED = ("checkpointLocation", "queryName", "path")
+
+
+def normalize_location(location: str) -> str:
+    """One spelling of a checkpoint location: ``/data/ckpt``, ``/data/ckpt/``,
+    ``file:///data/ckpt`` and ``file:/data/ckpt`` are the same place (storage ownership and the
+    default transactional-id prefix both use this, so they always agree)."""
+    from urllib.parse import urlparse
+
+    parsed = urlparse(location)
+    if parsed.scheme in ("", "file"):
+        return os.path.abspath(parsed.path if parsed.scheme else location).rstrip("/") or "/"
+    return location.rstrip("/")
 
 
 def _default(specs: List[OptionSpec], name: str) -> Optional[str]:
@@ -141,7 +154,7 @@ class CheckpointSinkOptions:
                     "The barrier-kafka sinks need option 'checkpointLocation' (or "
                     "'checkpoint.storage'): completed checkpoints and pre-committed "
                     "transactions are recorded there.")
-            storage = location.rstrip("/") + "/barrier-checkpoints"
+            storage = normalize_location(location) + "/barrier-checkpoints"
         lowered = {k.lower(): v for k, v in options.items()}
 
         def num(name: str) -> int:
@@ -180,7 +193,8 @@ class KafkaSinkOptions:
         checkpoint = CheckpointSinkOptions.parse(options)
         prefix = _get(options, "transactionalIdPrefix")
         if not prefix:
-            digest = hashlib.sha1(checkpoint.checkpoint_location.encode()).hexdigest()[:12]
+            location = normalize_location(checkpoint.checkpoint_location)
+            digest = hashlib.sha1(location.encode()).hexdigest()[:12]
             prefix = f"barrier-kafka-{digest}"
         timeout = _int(options, "kafka.transaction.timeout.ms",
                        _default(KAFKA_SINK_OPTIONS, "kafka.transaction.timeout.ms"))
@@ -215,16 +229,26 @@ class KafkaSinkOptions:
                 "brokers.")
 
     def transactional_id(self, batch_id: int, partition_id: int,
-                         checkpoint_id: Optional[int]) -> str:
+                         checkpoint_id: Optional[int], attempt: int = 0) -> str:
+        """``<prefix>-b<batch>-p<task>-a<attempt>-e<epoch>``: one id per task attempt, so a
+        speculative or retried attempt never fences another attempt's transaction."""
         epoch = "n" if checkpoint_id is None else str(checkpoint_id)
-        return f"{self.transactional_id_prefix}-b{batch_id}-p{partition_id}-e{epoch}"
+        return (f"{self.transactional_id_prefix}-b{batch_id}-p{partition_id}-a{attempt}"
+                f"-e{epoch}")
 
 
 def is_sink_transactional_id(prefix: str, transactional_id: str) -> bool:
     """True if the sink with ``transactionalIdPrefix`` = ``prefix`` made ``transactional_id``
-    (``<prefix>-b<batch>-p<partition>-e<epoch>``). Exact, not a string prefix: the sink of
-    prefix ``orders`` never claims the transactions of a query whose prefix is ``orders-eu``."""
+    (``<prefix>-b<batch>-p<partition>-a<attempt>-e<epoch>``, or the attempt-less form of 0.1).
+    Exact, not a string prefix: the sink of prefix ``orders`` never claims the transactions of
+    a query whose prefix is ``orders-eu``."""
+    return transactional_id_batch(prefix, transactional_id) is not None
+
+
+def transactional_id_batch(prefix: str, transactional_id: str) -> Optional[int]:
+    """The micro-batch of a transactional.id this sink made, else None."""
     import re
 
-    pattern = rf"{re.escape(prefix)}-b\d+-p\d+-e(\d+|n)"
-    return re.fullmatch(pattern, transactional_id) is not None
+    pattern = rf"{re.escape(prefix)}-b(\d+)-p\d+(-a\d+)?-e(\d+|n)"
+    m = re.fullmatch(pattern, transactional_id)
+    return int(m.group(1)) if m else None

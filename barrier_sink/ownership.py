@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-from urllib.parse import urlparse
 
 from barrier_sink.exceptions import SinkError
+from barrier_sink.options import normalize_location
 
 logger = logging.getLogger(__name__)
 
@@ -25,17 +24,10 @@ class StorageOwnedByAnotherQueryError(SinkError):
     """``checkpoint.storage`` belongs to the query with another ``checkpointLocation``."""
 
 
-def _normalize(location: str) -> str:
-    parsed = urlparse(location)
-    if parsed.scheme in ("", "file"):
-        return os.path.abspath(parsed.path if parsed.scheme else location).rstrip("/")
-    return location.rstrip("/")
-
-
 def claim_storage(backend, checkpoint_location: str) -> None:
     """Record that the query at ``checkpoint_location`` owns ``backend``, or refuse if another
     query does. Idempotent for the owner (every restart of the same query passes)."""
-    mine = _normalize(checkpoint_location)
+    mine = normalize_location(checkpoint_location)
     if backend.exists(OWNER_FILE):
         owner = json.loads(backend.get(OWNER_FILE)).get("checkpointLocation")
         if owner != mine:

@@ -27,22 +27,23 @@ from typing import Any, Dict, Iterator, List, Optional
 from pyspark.sql.datasource import DataSourceStreamWriter
 
 from barrier_sink.messages import SinkCommitMessage
-from barrier_source.faults import maybe_crash, maybe_fail
+from barrier_source.faults import FaultPoint, fault_point
 
 logger = logging.getLogger(__name__)
 
 _recovered: set = set()  # storage URIs recovered by this Python process (an optimisation only)
 
 
-def current_batch_and_partition() -> tuple:
-    """Micro-batch id and task partition id of the running task (executor)."""
+def current_task() -> tuple:
+    """``(micro-batch id, task partition id, attempt number)`` of the running sink task
+    (executor). The attempt number tells a retried or speculative attempt from the first."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
     batch = ctx.getLocalProperty("streaming.sql.batchId")
     if batch is None:
         raise RuntimeError("bug: streaming.sql.batchId is not set in a sink task")
-    return int(batch), ctx.partitionId()
+    return int(batch), ctx.partitionId(), ctx.attemptNumber()
 
 
 def barrier_of(row) -> dict:
@@ -61,9 +62,11 @@ class TwoPhaseCommitWriter(DataSourceStreamWriter, ABC):
 
     # ------------------------------------------------------------------ subclass hooks
     @abstractmethod
-    def begin_transaction(self, batch_id: int, partition_id: int,
+    def begin_transaction(self, batch_id: int, partition_id: int, attempt: int,
                           checkpoint_id: Optional[int]) -> Any:
-        """Open a transaction for one epoch of one task (executor)."""
+        """Open a transaction for one epoch of one task attempt (executor). Attempts of the
+        same task (retries, speculative copies) must get distinct transactions: one attempt
+        must never fence or overwrite another's pre-committed output."""
 
     @abstractmethod
     def invoke(self, txn: Any, row) -> None:
@@ -83,7 +86,7 @@ class TwoPhaseCommitWriter(DataSourceStreamWriter, ABC):
 
     # ------------------------------------------------------------------ executor
     def write(self, iterator: Iterator) -> SinkCommitMessage:
-        batch_id, partition_id = current_batch_and_partition()
+        batch_id, partition_id, attempt = current_task()
         txns: Dict[Optional[int], Any] = {}
         message = SinkCommitMessage(batch_id, partition_id)
         try:
@@ -93,24 +96,24 @@ class TwoPhaseCommitWriter(DataSourceStreamWriter, ABC):
                     epoch = row["checkpoint_id"]
                     txn = txns.get(epoch)
                     if txn is None:
-                        txn = txns[epoch] = self.begin_transaction(batch_id, partition_id, epoch)
+                        txn = txns[epoch] = self.begin_transaction(batch_id, partition_id,
+                                                                   attempt, epoch)
                     self.invoke(txn, row)
                     message.records += 1
-                    if message.records == 50:
-                        maybe_crash("task_write")
-                        maybe_fail("task_write")
                 elif kind == "barrier":
                     message.barriers.append(barrier_of(row))
                 elif kind == "ack":
                     message.acks.append(row["ack"])
                 else:
                     raise ValueError(f"row kind {kind!r} is not one of record, barrier, ack")
+            if txns:
+                fault_point(FaultPoint.TASK_WRITE)
             for epoch in sorted(txns, key=lambda e: (e is None, e or 0)):
                 handle = self.pre_commit(txns.pop(epoch))
                 if handle is not None:
                     message.handles.append(handle)
             if message.handles:
-                maybe_crash("after_precommit")
+                fault_point(FaultPoint.AFTER_PRECOMMIT)
         except BaseException:
             for txn in txns.values():
                 try:

@@ -1,96 +1,148 @@
-"""Crash injection for the exactly-once tests: kill the whole pipeline at a named protocol step.
+"""Fault injection for the exactly-once tests: kill the pipeline, or raise, at a named protocol
+step. Test-only: it does nothing unless one explicit switch is on.
 
-Set ``BARRIER_KAFKA_CRASH_AT=<point>[:<occurrence>]`` and ``BARRIER_KAFKA_CRASH_DIR=<dir>`` in the
-environment of a pipeline process started in its own session (process group), which records
-its group id in ``BARRIER_KAFKA_CRASH_PGID`` before starting Spark (:func:`record_pipeline_group`). The
-``<occurrence>``-th time any Spark Python worker (executor or driver side) reaches ``point``, it
-SIGKILLs the whole process group: driver JVM, driver Python and every worker, as a machine loss
-would. A marker file in the crash dir makes each crash happen once, so the restarted pipeline
-runs through. Without the variables this is a no-op costing one dict lookup.
+Runs wherever the protocol step runs (executor tasks, the driver's commit worker, the driver's
+planner worker). Every hook is :func:`fault_point` with a :class:`FaultPoint`; the tests import
+the enum, so a misspelt point fails the test instead of silently never firing.
 
-Points (in protocol order): ``task_write`` (a sink task mid-write), ``after_precommit`` (a task
-pre-committed but did not return), ``commit_before_record`` (driver commit received messages),
-``commit_before_metadata`` (acks recorded, checkpoint metadata not written),
-``commit_after_metadata`` (checkpoint complete, no transaction committed),
-``commit_mid_transactions`` (some of a checkpoint's transactions committed),
-``before_offset_commit`` (batch committed by Spark, consumer-group offsets not yet committed),
-``operator_mid_alignment`` (an operator holds back records, barrier not yet aligned).
+Environment of a pipeline process (its Spark workers inherit it):
+
+``BARRIER_KAFKA_TEST_FAULTS=1``
+    The switch. Without it every hook returns at once (one ``os.environ`` lookup), whatever the
+    other variables say: a production job that happens to carry them never fires a fault.
+``BARRIER_KAFKA_CRASH_AT=<point>[:<n>]``
+    The n-th arrival (default 1) at ``point`` in any process SIGKILLs the whole pipeline
+    process group (driver JVM, driver Python, every worker), as a machine loss would. The
+    pipeline records its group in ``BARRIER_KAFKA_CRASH_PGID`` (:func:`record_pipeline_group`).
+``BARRIER_KAFKA_FAIL_AT=<point>[:<n>]``
+    The n-th arrival raises :class:`InjectedFailure` there instead (an exception from the broker
+    or the storage, a failing task): Spark then aborts the batch or fails the query.
+``BARRIER_KAFKA_CRASH_DIR=<dir>``
+    Where arrivals are counted across processes (``O_EXCL`` marker files) and where the
+    ``crashed`` / ``failed-<point>`` marker is written, so that each fault fires once and the
+    restarted pipeline runs through.
 """
 
 from __future__ import annotations
 
+import enum
 import os
 import signal
+from typing import Optional, Tuple
 
-POINTS = ("task_write", "after_precommit", "commit_before_record", "commit_before_metadata",
-          "commit_after_metadata", "commit_mid_transactions", "before_offset_commit",
-          "operator_mid_alignment")
+SWITCH = "BARRIER_KAFKA_TEST_FAULTS"
+CRASH_AT = "BARRIER_KAFKA_CRASH_AT"
+FAIL_AT = "BARRIER_KAFKA_FAIL_AT"
+CRASH_DIR = "BARRIER_KAFKA_CRASH_DIR"
+CRASH_PGID = "BARRIER_KAFKA_CRASH_PGID"
 
 
-def maybe_crash(point: str) -> None:
-    """SIGKILL the pipeline's process group if ``point`` is the configured crash point."""
-    spec = os.environ.get("BARRIER_KAFKA_CRASH_AT")
-    if not spec:
-        return
-    name, _, occurrence = spec.partition(":")
-    if name != point:
-        return
-    crash_dir = os.environ.get("BARRIER_KAFKA_CRASH_DIR")
-    if not crash_dir:
-        return
-    os.makedirs(crash_dir, exist_ok=True)
-    if os.path.exists(os.path.join(crash_dir, "crashed")):
-        return
-    # Count arrivals across processes with O_EXCL files: the n-th arrival crashes.
-    wanted = int(occurrence or 1)
-    for i in range(1, wanted + 1):
-        try:
-            fd = os.open(os.path.join(crash_dir, f"{point}.{i}"), os.O_CREAT | os.O_EXCL)
-            os.close(fd)
-        except FileExistsError:
-            continue
-        if i < wanted:
-            return
-        with open(os.path.join(crash_dir, "crashed"), "w") as f:
-            f.write(point)
-            f.flush()
-            os.fsync(f.fileno())
-        # PySpark's worker daemon runs in its own process group: kill the pipeline's group
-        # (recorded by the pipeline process in BARRIER_KAFKA_CRASH_PGID) first, then ours.
-        target = os.environ.get("BARRIER_KAFKA_CRASH_PGID")
-        if target:
-            try:
-                os.killpg(int(target), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        os.killpg(os.getpgid(0), signal.SIGKILL)
-        os._exit(137)  # not reached unless killpg was refused
-    return
+class FaultPoint(str, enum.Enum):
+    """The protocol steps a fault can be injected at, in protocol order."""
+
+    TASK_WRITE = "task_write"                    # a sink task wrote its rows, before pre-commit
+    AFTER_PRECOMMIT = "after_precommit"          # a task pre-committed but did not return
+    COMMIT_BEFORE_RECORD = "commit_before_record"  # driver commit received the messages
+    COMMIT_BEFORE_METADATA = "commit_before_metadata"  # acks in, _metadata not yet written
+    COMMIT_AFTER_METADATA = "commit_after_metadata"  # checkpoint complete, nothing committed
+    COMMIT_MID_TRANSACTIONS = "commit_mid_transactions"  # some transactions committed
+    AFTER_TRANSACTIONS = "after_transactions"    # all committed, hand-off/prune not done
+    BEFORE_OFFSET_COMMIT = "before_offset_commit"  # group offsets not yet committed
+
+
+#: Point names, in protocol order (command-line help, docs).
+POINTS = tuple(p.value for p in FaultPoint)
 
 
 class InjectedFailure(RuntimeError):
-    """Raised by :func:`maybe_fail`: a deliberate task failure of the tests."""
+    """Raised by a :class:`FaultPoint` armed with ``BARRIER_KAFKA_FAIL_AT``."""
 
 
-def maybe_fail(point: str) -> None:
-    """Raise :class:`InjectedFailure` once when ``BARRIER_KAFKA_FAIL_AT=<point>`` (abort-path
-    tests: a failing task makes Spark abort the batch; nothing it wrote may become visible)."""
-    if os.environ.get("BARRIER_KAFKA_FAIL_AT") != point:
-        return
-    crash_dir = os.environ.get("BARRIER_KAFKA_CRASH_DIR")
-    if not crash_dir:
-        return
+def enabled() -> bool:
+    return os.environ.get(SWITCH) == "1"
+
+
+def _armed(variable: str, point: FaultPoint) -> Optional[Tuple[int, str]]:
+    """``(occurrence, crash_dir)`` when ``variable`` arms ``point``."""
+    spec = os.environ.get(variable)
+    if not spec:
+        return None
+    name, _, occurrence = spec.partition(":")
+    if name not in POINTS:
+        raise ValueError(f"{variable}={spec!r}: unknown fault point {name!r}; one of {POINTS}")
+    crash_dir = os.environ.get(CRASH_DIR)
+    if name != point.value or not crash_dir:
+        return None
+    return int(occurrence or 1), crash_dir
+
+
+def _nth_arrival(crash_dir: str, tag: str, wanted: int) -> bool:
+    """Count this arrival across processes; True exactly once, at the ``wanted``-th."""
     os.makedirs(crash_dir, exist_ok=True)
-    try:
-        fd = os.open(os.path.join(crash_dir, f"failed-{point}"), os.O_CREAT | os.O_EXCL)
-        os.close(fd)
-    except FileExistsError:
+    for i in range(1, wanted + 1):
+        try:
+            os.close(os.open(os.path.join(crash_dir, f"{tag}.{i}"), os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            continue
+        return i == wanted
+    return False
+
+
+def _mark(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def fault_point(point: FaultPoint) -> None:
+    """The hook placed at each protocol step: a no-op unless the switch is on and ``point``
+    is armed (see the module docstring)."""
+    if os.environ.get(SWITCH) != "1":
         return
-    raise InjectedFailure(f"injected failure at {point}")
+    crash = _armed(CRASH_AT, point)
+    if crash is not None:
+        wanted, crash_dir = crash
+        if not os.path.exists(os.path.join(crash_dir, "crashed")) and \
+                _nth_arrival(crash_dir, point.value, wanted):
+            _mark(os.path.join(crash_dir, "crashed"), point.value)
+            _kill_pipeline()
+    fail = _armed(FAIL_AT, point)
+    if fail is not None:
+        wanted, crash_dir = fail
+        marker = os.path.join(crash_dir, f"failed-{point.value}")
+        if not os.path.exists(marker) and _nth_arrival(crash_dir, f"fail-{point.value}",
+                                                       wanted):
+            _mark(marker, point.value)
+            raise InjectedFailure(f"injected failure at {point.value}")
+
+
+def _kill_pipeline() -> None:
+    # PySpark's worker daemon runs in its own process group: kill the pipeline's group
+    # (recorded by the pipeline process) first, then ours.
+    target = os.environ.get(CRASH_PGID)
+    if target:
+        try:
+            os.killpg(int(target), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    os.killpg(os.getpgid(0), signal.SIGKILL)
+    os._exit(137)  # not reached unless killpg was refused
 
 
 def record_pipeline_group() -> None:
     """Call in the pipeline's driver process before Spark starts: crash points then kill this
     whole process group (the JVM and its Python workers inherit the variable)."""
-    if os.environ.get("BARRIER_KAFKA_CRASH_AT"):
-        os.environ["BARRIER_KAFKA_CRASH_PGID"] = str(os.getpgid(0))
+    if enabled() and os.environ.get(CRASH_AT):
+        os.environ[CRASH_PGID] = str(os.getpgid(0))
+
+
+def fault_env(crash_dir: str, crash_at: Optional[str] = None,
+                   fail_at: Optional[str] = None) -> dict:
+    """The environment variables that arm one fault (tests and the demo)."""
+    env = {SWITCH: "1", CRASH_DIR: crash_dir}
+    if crash_at:
+        env[CRASH_AT] = crash_at
+    if fail_at:
+        env[FAIL_AT] = fail_at
+    return env

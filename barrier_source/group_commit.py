@@ -97,9 +97,9 @@ def commit_group_offsets(kafka_options: Mapping[str, Any], group_id: str,
     from kafka import TopicPartition
     from kafka.structs import OffsetAndMetadata
 
-    from barrier_source.faults import maybe_crash
+    from barrier_source.faults import FaultPoint, fault_point
 
-    maybe_crash("before_offset_commit")
+    fault_point(FaultPoint.BEFORE_OFFSET_COMMIT)
     wanted = {TopicPartition(t, int(p)): int(o) for t, parts in offsets.items()
               for p, o in parts.items()}
     if not wanted:

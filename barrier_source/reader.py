@@ -78,6 +78,7 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
                                           self.opts.checkpoint_min_pause_ms,
                                           self.opts.max_concurrent_checkpoints)
         self._admin = None
+        self._progress_backend = None  # checkpoint.storage, opened on first use (driver)
         self._committed_id = 0
         self._last_batch_ms = _now_ms()
         self._available_now: Optional[PartitionOffsets] = None
@@ -86,6 +87,7 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_admin"] = None
+        state["_progress_backend"] = None
         return state
 
     # ------------------------------------------------------------------ Kafka look-ups (driver)
@@ -350,9 +352,10 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
                 return start
         if count_rows(starts, ends) == 0 and not self._owes_emittable(prev, ends):
             return start  # nothing to read: Spark runs no batch for an unchanged offset
+        completed_id, aborted = self._checkpoint_progress(prev)
         decision = self._trigger.decide(
             TriggerState(prev.next_checkpoint_id, prev.last_trigger_ms,
-                         prev.batches_since_trigger), now, self._completed_id(prev))
+                         prev.batches_since_trigger), now, completed_id, aborted)
         if decision is not TriggerDecision.TRIGGER and decision is not TriggerDecision.DISABLED:
             logger.debug("barrier-kafka: no checkpoint in this batch: %s", decision.value)
         cut = None
@@ -412,13 +415,20 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             cut[c] = latest[t][p] if n < 0 else min(n, latest[t][p])
         return cut
 
-    def _completed_id(self, prev: SourceOffset) -> int:
+    def _checkpoint_progress(self, prev: SourceOffset) -> Tuple[int, frozenset]:
+        """Newest completed checkpoint and the aborted ones after it (driver planner worker).
+        With a coordinator (``checkpoint.storage``) both come from its durable state, so an
+        expired or declined checkpoint frees its max-concurrent slot."""
         if self.opts.checkpoint_storage:
-            from barrier_source.group_commit import read_completed_offsets
-            done = read_completed_offsets(self.opts.checkpoint_storage,
-                                          self.opts.storage_options)
-            return max(0 if done is None else done["checkpoint_id"], prev.restored_id)
-        return max(prev.sealed_id, prev.restored_id)
+            from barrier_source.coordinator.durable import checkpoint_progress
+            from state_backends.registry import backend_from_uri
+
+            if self._progress_backend is None:
+                self._progress_backend = backend_from_uri(self.opts.checkpoint_storage,
+                                                          dict(self.opts.storage_options))
+            done, aborted = checkpoint_progress(self._progress_backend)
+            return max(done, prev.restored_id), aborted
+        return max(prev.sealed_id, prev.restored_id), frozenset()
 
     def _commit_completed(self, durable: SourceOffset) -> None:
         """notifyCheckpointComplete: commit the newest completed checkpoint to the group."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Optional
+from typing import AbstractSet, Optional
 
 
 class TriggerDecision(enum.Enum):
@@ -55,11 +55,14 @@ class CheckpointTrigger:
     def is_enabled(self) -> bool:
         return self.interval_ms > 0 or self.interval_batches > 0
 
-    def decide(self, state: TriggerState, now_ms: int, completed_id: int) -> TriggerDecision:
+    def decide(self, state: TriggerState, now_ms: int, completed_id: int,
+               aborted: AbstractSet[int] = frozenset()) -> TriggerDecision:
         """Decide for the batch being planned at ``now_ms``.
 
-        ``completed_id`` is the newest completed checkpoint (0 if none); checkpoints
-        ``completed_id + 1 .. next_checkpoint_id - 1`` are pending.
+        ``completed_id`` is the newest completed checkpoint (0 if none) and ``aborted`` the
+        ids after it that the coordinator aborted (expired, declined, cancelled); the other
+        checkpoints ``completed_id + 1 .. next_checkpoint_id - 1`` are pending. As in Flink, a
+        failed checkpoint frees its concurrency slot at once.
         """
         if not self.is_enabled:
             return TriggerDecision.DISABLED
@@ -72,7 +75,8 @@ class CheckpointTrigger:
             return TriggerDecision.NOT_DUE
         if last is not None and now_ms - last < self.min_pause_ms:
             return TriggerDecision.MIN_PAUSE
-        pending = (state.next_checkpoint_id - 1) - completed_id
+        pending = sum(1 for n in range(completed_id + 1, state.next_checkpoint_id)
+                      if n not in aborted)
         if pending >= self.max_concurrent:
             return TriggerDecision.MAX_CONCURRENT
         return TriggerDecision.TRIGGER

@@ -14,6 +14,7 @@ from kafka.admin import KafkaAdminClient
 
 from barrier_demo.verify import verify, verify_files
 from barrier_sink.lingering import list_lingering
+from barrier_source import faults
 from kafka_harness.topics import create_topic
 
 PIPELINE_TIMEOUT_S = 900
@@ -34,8 +35,8 @@ def produce_input(admin, bootstrap: str, records: int, keys: int, partitions: in
 
 def run_pipeline(bootstrap, input_topic, output, workdir, group, prefix, env_extra=None,
                  max_offsets_per_trigger=40_000, output_path=None):
-    env = dict(os.environ)
-    env.pop("BARRIER_KAFKA_CRASH_AT", None)
+    env = {k: v for k, v in os.environ.items()
+           if k not in (faults.SWITCH, faults.CRASH_AT, faults.FAIL_AT)}
     env.update(env_extra or {})
     cmd = [sys.executable, "-m", "barrier_demo.pipeline", "--bootstrap", bootstrap,
            "--input", input_topic, "--output", output, "--workdir", workdir, "--group", group,

@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 
+from barrier_source.faults import FaultPoint, fault_env
 from integration_tests.pipeline_support import (assert_exactly_once,
                                                 assert_files_exactly_once,
                                                 assert_files_prefix_exactly_once,
@@ -26,13 +27,14 @@ KEYS = 997
 # (crash point, occurrence): the occurrence puts the crash after at least one completed
 # checkpoint, so recovery has committed and uncommitted work to tell apart.
 CRASH_POINTS = [
-    ("task_write", 3),
-    ("after_precommit", 3),
-    ("commit_before_record", 2),
-    ("commit_before_metadata", 2),
-    ("commit_after_metadata", 2),
-    ("commit_mid_transactions", 2),
-    ("before_offset_commit", 2),
+    (FaultPoint.TASK_WRITE, 3),
+    (FaultPoint.AFTER_PRECOMMIT, 3),
+    (FaultPoint.COMMIT_BEFORE_RECORD, 2),
+    (FaultPoint.COMMIT_BEFORE_METADATA, 2),
+    (FaultPoint.COMMIT_AFTER_METADATA, 2),
+    (FaultPoint.COMMIT_MID_TRANSACTIONS, 2),
+    (FaultPoint.AFTER_TRANSACTIONS, 2),
+    (FaultPoint.BEFORE_OFFSET_COMMIT, 2),
 ]
 
 
@@ -60,10 +62,9 @@ def test_sigkill_at_every_protocol_step_in_one_run(sink, bootstrap, input_topic,
 
     visible = []
     for point, _occurrence in CRASH_POINTS:
-        crash_dir = os.path.join(workdir, f"crash-{point}")
+        crash_dir = os.path.join(workdir, f"crash-{point.value}")
         rc = run_pipeline(bootstrap, input_topic, output, workdir, group, prefix,
-                          {"BARRIER_KAFKA_CRASH_AT": f"{point}:2",
-                           "BARRIER_KAFKA_CRASH_DIR": crash_dir},
+                          fault_env(crash_dir, crash_at=f"{point.value}:2"),
                           max_offsets_per_trigger=8_000, output_path=output_path)
         assert os.path.exists(os.path.join(crash_dir, "crashed")), \
             f"the pipeline never reached {point} (exit {rc}); see {workdir}/run.log"
@@ -82,7 +83,7 @@ def test_sigkill_at_every_protocol_step_in_one_run(sink, bootstrap, input_topic,
 @pytest.mark.skipif(not os.environ.get("BARRIER_KAFKA_SLOW"),
                     reason="one fresh pipeline per crash point (~4 min each); "
                            "set BARRIER_KAFKA_SLOW=1")
-@pytest.mark.parametrize("point,occurrence", CRASH_POINTS, ids=[p for p, _ in CRASH_POINTS])
+@pytest.mark.parametrize("point,occurrence", CRASH_POINTS, ids=[p.value for p, _ in CRASH_POINTS])
 def test_sigkill_at_each_protocol_step_loses_and_duplicates_nothing(
         point, occurrence, bootstrap, input_topic, topic_factory, tmp_path):
     output = topic_factory(2, prefix=f"eo_out_{point}")
@@ -90,12 +91,10 @@ def test_sigkill_at_each_protocol_step_loses_and_duplicates_nothing(
     group, prefix = f"eo-{point}-{uuid.uuid4().hex[:6]}", f"eo-{point}-{uuid.uuid4().hex[:6]}"
     crash_dir = os.path.join(workdir, "crash")
     rc = run_pipeline(bootstrap, input_topic, output, workdir, group, prefix,
-                      {"BARRIER_KAFKA_CRASH_AT": f"{point}:{occurrence}",
-                       "BARRIER_KAFKA_CRASH_DIR": crash_dir})
+                      fault_env(crash_dir, crash_at=f"{point.value}:{occurrence}"))
     assert os.path.exists(os.path.join(crash_dir, "crashed")), \
         f"the pipeline never reached {point} (exit {rc}); see {workdir}/run.log"
     assert rc == -9, f"expected the SIGKILL at {point}, got exit {rc}"
-    rc = run_pipeline(bootstrap, input_topic, output, workdir, group, prefix,
-                      {"BARRIER_KAFKA_CRASH_DIR": crash_dir})
+    rc = run_pipeline(bootstrap, input_topic, output, workdir, group, prefix)
     assert rc == 0, f"restart failed (exit {rc}); see {workdir}/run.log"
     assert_exactly_once(bootstrap, input_topic, output, workdir, group, prefix, RECORDS)

@@ -12,6 +12,7 @@ import uuid
 from kafka.admin import KafkaAdminClient
 
 from barrier_demo.pipeline import PipelineConfig, completed_offsets
+from barrier_source.faults import FaultPoint, fault_env
 from integration_tests.pipeline_support import (assert_exactly_once, assert_prefix_exactly_once,
                                                 produce_input, run_pipeline)
 from kafka_harness.broker import KafkaBroker
@@ -28,7 +29,7 @@ def test_task_failure_aborts_the_batch_and_leaves_nothing_visible(bootstrap, kaf
     group, prefix = f"eo-abort-{uuid.uuid4().hex[:6]}", f"eo-abort-{uuid.uuid4().hex[:6]}"
     crash_dir = os.path.join(workdir, "crash")
     rc = run_pipeline(bootstrap, topic, output, workdir, group, prefix,
-                      {"BARRIER_KAFKA_FAIL_AT": "task_write", "BARRIER_KAFKA_CRASH_DIR": crash_dir},
+                      fault_env(crash_dir, fail_at=FaultPoint.TASK_WRITE.value),
                       max_offsets_per_trigger=10_000)
     assert os.path.exists(os.path.join(crash_dir, "failed-task_write"))
     assert rc != 0, "the injected task failure must fail the query"
@@ -37,7 +38,7 @@ def test_task_failure_aborts_the_batch_and_leaves_nothing_visible(bootstrap, kaf
     # read_committed shows nothing of it, and nothing is left open.
     assert assert_prefix_exactly_once(bootstrap, output) == 0
     rc = run_pipeline(bootstrap, topic, output, workdir, group, prefix,
-                      {"BARRIER_KAFKA_CRASH_DIR": crash_dir}, max_offsets_per_trigger=10_000)
+                      max_offsets_per_trigger=10_000)
     assert rc == 0
     assert_exactly_once(bootstrap, topic, output, workdir, group, prefix, RECORDS)
 

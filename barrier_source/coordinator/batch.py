@@ -125,6 +125,9 @@ def fold_batch(coordinator, batch_id: int, barriers: Iterable[dict], acks: Itera
         with coordinator.deferred():
             if learned:
                 coordinator._state_dirty = True
+            # Expiry is checked on every batch, also one that mentions no checkpoint (Flink's
+            # timeout timer fires whether data flows or not).
+            coordinator.abort_expired_checkpoints()
             # Step 2. Trigger.
             expected_ops = {operator_task_id(op, k) for op, nkg in operators.items()
                             for k in range(nkg)}

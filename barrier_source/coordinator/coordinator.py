@@ -39,7 +39,7 @@ from barrier_source.coordinator.completed import CompletedCheckpoint
 from barrier_source.coordinator.durable import CoordinatorState, DurablePendingStore
 from barrier_source.coordinator.failure import (CheckpointException, CheckpointFailureManager,
                                                 CheckpointFailureReason)
-from barrier_source.faults import maybe_crash
+from barrier_source.faults import FaultPoint, fault_point
 from barrier_source.coordinator.pending import (AcknowledgeResult, PendingCheckpoint,
                                                 TaskAcknowledgement)
 from state_backends.base import StateBackend, metadata_path
@@ -413,7 +413,7 @@ class CheckpointCoordinator:
                 m, CheckpointFailureReason.CHECKPOINT_SUBSUMED))
 
     def _persist_metadata(self, completed: CompletedCheckpoint) -> None:
-        maybe_crash("commit_before_metadata")  # crash-injection point of the exactly-once tests
+        fault_point(FaultPoint.COMMIT_BEFORE_METADATA)  # crash-injection point of the exactly-once tests
         self.store.add(completed.to_metadata())
 
     def _abort(self, pending: PendingCheckpoint, reason: CheckpointFailureReason,

@@ -122,3 +122,12 @@ class DurablePendingStore:
 
     def delete_pending(self, checkpoint_id: int) -> None:
         self.backend.delete_prefix(pending_path(checkpoint_id))
+
+
+def checkpoint_progress(backend: StateBackend) -> "tuple[int, frozenset]":
+    """``(newest completed id, aborted ids after it)`` as the coordinator recorded them: what
+    the source's trigger needs to count pending checkpoints (driver planner worker). One small
+    read; ``(0, {})`` before the first checkpoint."""
+    state = DurablePendingStore(backend).load_state()
+    done = state.last_completed_id
+    return done, frozenset(n for n in state.aborted if n > done)

@@ -16,7 +16,19 @@ def test_defaults_and_derived_prefix_are_stable():
     other = KafkaSinkOptions.from_options({**BASE, "checkpointLocation": "/tmp/chk-y"})
     assert other.transactional_id_prefix != a.transactional_id_prefix
     assert a.checkpoint.storage_uri == "/tmp/chk-x/barrier-checkpoints"
-    assert a.transactional_id(7, 3, 2) == f"{a.transactional_id_prefix}-b7-p3-e2"
+    assert a.transactional_id(7, 3, 2) == f"{a.transactional_id_prefix}-b7-p3-a0-e2"
+    assert a.transactional_id(7, 3, 2, attempt=1) == f"{a.transactional_id_prefix}-b7-p3-a1-e2"
+
+
+def test_one_checkpoint_location_spelled_three_ways_gives_one_prefix_and_storage():
+    """Hole 5 of issue 12: the default prefix hashed the raw string, while storage ownership
+    normalised it; a restart with ``/x/`` or ``file:///x`` used new transactional ids on the
+    same storage, and recovery committed old and replayed ids alike (duplicates)."""
+    spellings = ["/tmp/chk-x", "/tmp/chk-x/", "file:///tmp/chk-x", "file:/tmp/chk-x/"]
+    parsed = [KafkaSinkOptions.from_options({**BASE, "checkpointLocation": s})
+              for s in spellings]
+    assert len({o.transactional_id_prefix for o in parsed}) == 1
+    assert {o.checkpoint.storage_uri for o in parsed} == {"/tmp/chk-x/barrier-checkpoints"}
 
 
 def test_unknown_option_names_the_closest_valid_one():
