@@ -273,12 +273,18 @@ class SinkCommitter(ABC):
         """At query start: finish what a crash interrupted (driver, before the first task).
 
         1. Checkpoints the coordinator completed whose handles are not all committed: commit.
-        2. Everything else is left to the replay of the interrupted batch (step 1 of
+        2. Open output of older batches that no record names: abort (``abort_unrecorded``).
+        3. Everything else is left to the replay of the interrupted batch (step 1 of
            ``on_batch_committed``) and to ``abort_lingering`` for ids no replay reuses.
         """
         coordinator = self._coordinator_factory()
         completed = coordinator.latest_completed()
         if completed is not None:
             self.notify_checkpoint_complete(completed, completed.completion_batch, coordinator)
-        # No task of this query runs yet: every open output no record names is debris.
-        self.abort_unrecorded(None)
+        # Spark also creates the writer (and so runs this) in the commit worker of batch N,
+        # after N's tasks pre-committed and before N is recorded: sweep only batches before
+        # the newest recorded one (the running batch is never older); the commit of the
+        # running batch sweeps the rest (step 5).
+        recorded = self.recorded_batches()
+        if len(recorded) > 0 and recorded[-1] > 0:
+            self.abort_unrecorded(recorded[-1] - 1)

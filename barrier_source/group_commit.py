@@ -40,8 +40,7 @@ def _kafka_python_config(kafka_options: Mapping[str, Any]) -> Dict[str, Any]:
     return client_config(kafka_options, "admin")
 
 
-def checkpoint_of_metadata(metadata: Optional[str]) -> Optional[int]:
-    """The checkpoint id barrier-kafka stored in a committed offset's metadata, if any."""
+def _tag_of_metadata(metadata: Optional[str]) -> Optional[dict]:
     if not metadata:
         return None
     try:
@@ -49,8 +48,20 @@ def checkpoint_of_metadata(metadata: Optional[str]) -> Optional[int]:
     except ValueError:
         return None
     if isinstance(parsed, dict) and parsed.get(_METADATA_TAG) == 1:
-        return int(parsed.get("checkpoint_id", 0))
+        return parsed
     return None
+
+
+def checkpoint_of_metadata(metadata: Optional[str]) -> Optional[int]:
+    """The checkpoint id barrier-kafka stored in a committed offset's metadata, if any."""
+    tag = _tag_of_metadata(metadata)
+    return None if tag is None else int(tag.get("checkpoint_id", 0))
+
+
+def restored_from_of_metadata(metadata: Optional[str]) -> int:
+    """The checkpoint the committing query was restored from (0: not restored)."""
+    tag = _tag_of_metadata(metadata)
+    return 0 if tag is None else int(tag.get("restored_from", 0))
 
 
 def _retry(call, what: str, attempts: int = 20, backoff_s: float = 0.5):
@@ -66,7 +77,8 @@ def _retry(call, what: str, attempts: int = 20, backoff_s: float = 0.5):
 
 def commit_group_offsets(kafka_options: Mapping[str, Any], group_id: str,
                          offsets: Mapping[str, Mapping[Any, int]],
-                         checkpoint_id: Optional[int] = None, admin=None) -> bool:
+                         checkpoint_id: Optional[int] = None, admin=None,
+                         restored_from: int = 0) -> bool:
     """Commit ``offsets`` (``{"topic": {partition: next offset to read}}``) to ``group_id``.
 
     Parameters
@@ -82,6 +94,10 @@ def commit_group_offsets(kafka_options: Mapping[str, Any], group_id: str,
         Tags the commit; partitions already committed at this or a newer checkpoint are skipped.
     admin : KafkaAdminClient, optional
         Reuse a client (the caller owns it); otherwise one is created and closed here.
+    restored_from : int
+        The checkpoint or savepoint the query was restored from (0: none). Monotonicity holds
+        within one restore lineage: a query restored from an older savepoint moves the group
+        back to its own checkpoints instead of being held at the old query's newer ones.
 
     Returns
     -------
@@ -111,13 +127,17 @@ def commit_group_offsets(kafka_options: Mapping[str, Any], group_id: str,
     try:
         current = _retry(lambda: admin.list_group_offsets({group_id: list(wanted)}),
                          f"Reading offsets of consumer group '{group_id}'").get(group_id, {})
-        meta = json.dumps({_METADATA_TAG: 1, "checkpoint_id": checkpoint_id})
+        tag = {_METADATA_TAG: 1, "checkpoint_id": checkpoint_id}
+        if restored_from:
+            tag["restored_from"] = int(restored_from)
+        meta = json.dumps(tag)
         to_write = {}
         for tp, off in wanted.items():
             existing = current.get(tp)
             if checkpoint_id is not None and existing is not None:
                 done = checkpoint_of_metadata(existing.metadata)
-                if done is not None and done >= checkpoint_id:
+                same_lineage = restored_from_of_metadata(existing.metadata) == restored_from
+                if done is not None and done >= checkpoint_id and same_lineage:
                     continue
             if existing is not None and existing.offset == off and checkpoint_id is None:
                 continue

@@ -450,7 +450,7 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             return
         try:
             commit_group_offsets(self.opts.kafka_config, self.opts.group_id, offsets, cid,
-                                 admin=self._admin_client())
+                                 admin=self._admin_client(), restored_from=durable.restored_id)
             self._committed_id = cid
         except BarrierKafkaError as exc:
             logger.warning("barrier-kafka: checkpoint %d: committing offsets to group %s "

@@ -15,11 +15,8 @@ import uuid
 import pytest
 
 from barrier_source.faults import FaultPoint, fault_env
-from integration_tests.pipeline_support import (assert_exactly_once,
-                                                assert_files_exactly_once,
-                                                assert_files_prefix_exactly_once,
-                                                assert_prefix_exactly_once, produce_input,
-                                                run_pipeline)
+from integration_tests.pipeline_support import (assert_exactly_once, produce_input,
+                                                run_fault_chain, run_pipeline)
 
 RECORDS = 200_000
 KEYS = 997
@@ -54,30 +51,13 @@ def test_sigkill_at_every_protocol_step_in_one_run(sink, bootstrap, input_topic,
     output_path = str(tmp_path / "files-out") if sink == "files" else None
     workdir = str(tmp_path)
     group, prefix = f"eo-chain-{uuid.uuid4().hex[:6]}", f"eo-chain-{uuid.uuid4().hex[:6]}"
-
-    def committed_prefix():
-        if output_path:
-            return assert_files_prefix_exactly_once(output_path)
-        return assert_prefix_exactly_once(bootstrap, output)
-
-    visible = []
+    chain = []
     for point, _occurrence in CRASH_POINTS:
         crash_dir = os.path.join(workdir, f"crash-{point.value}")
-        rc = run_pipeline(bootstrap, input_topic, output, workdir, group, prefix,
-                          fault_env(crash_dir, crash_at=f"{point.value}:2"),
-                          max_offsets_per_trigger=8_000, output_path=output_path)
-        assert os.path.exists(os.path.join(crash_dir, "crashed")), \
-            f"the pipeline never reached {point} (exit {rc}); see {workdir}/run.log"
-        assert rc == -9, f"expected the SIGKILL at {point}, got exit {rc}"
-        visible.append(committed_prefix())
-    assert visible == sorted(visible) and visible[-1] < RECORDS  # progress, not yet done
-    rc = run_pipeline(bootstrap, input_topic, output, workdir, group, prefix,
-                      max_offsets_per_trigger=8_000, output_path=output_path)
-    assert rc == 0, f"final run failed (exit {rc}); see {workdir}/run.log"
-    if output_path:
-        assert_files_exactly_once(bootstrap, input_topic, output_path, workdir, group, RECORDS)
-    else:
-        assert_exactly_once(bootstrap, input_topic, output, workdir, group, prefix, RECORDS)
+        chain.append((point.value, fault_env(crash_dir, crash_at=f"{point.value}:2"),
+                      os.path.join(crash_dir, "crashed"), lambda rc: rc == -9))
+    run_fault_chain(bootstrap, input_topic, output, workdir, group, prefix, RECORDS, chain,
+                    8_000, output_path)
 
 
 @pytest.mark.skipif(not os.environ.get("BARRIER_KAFKA_SLOW"),

@@ -100,3 +100,20 @@ def test_max_concurrent_blocks_triggers_until_the_coordinator_completes(spark, b
             "checkpoint.storage": str(tmp_path / "storage")}
     rows = run_to_memory(spark, opts, str(tmp_path / "chk"))
     assert list(barriers(rows)) == [1]  # nobody completes 1, so 2 is never triggered
+
+
+def test_group_follows_a_restore_from_an_older_savepoint(bootstrap, kafka_admin, topic_factory):
+    """Issue 12: the old query committed checkpoint 9; a new query restored from savepoint 4
+    commits its checkpoints 5, 6 ... : the group must show the restored query's position, not
+    stay at the old query's newer one. Within one lineage commits still never go backwards."""
+    topic = topic_factory(1)
+    produce(bootstrap, topic, {0: 50})
+    group = "g-" + uuid.uuid4().hex[:8]
+    opts = {"kafka.bootstrap.servers": bootstrap}
+    assert commit_group_offsets(opts, group, {topic: {0: 45}}, checkpoint_id=9)
+    assert commit_group_offsets(opts, group, {topic: {0: 21}}, checkpoint_id=5, restored_from=4)
+    assert group_offsets(kafka_admin, group, topic, 1) == {0: 21}
+    assert not commit_group_offsets(opts, group, {topic: {0: 20}}, checkpoint_id=5,
+                                    restored_from=4)  # a replay of 5: idempotent
+    assert commit_group_offsets(opts, group, {topic: {0: 30}}, checkpoint_id=6, restored_from=4)
+    assert group_offsets(kafka_admin, group, topic, 1) == {0: 30}

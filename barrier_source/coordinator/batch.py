@@ -150,6 +150,9 @@ def fold_batch(coordinator, batch_id: int, barriers: Iterable[dict], acks: Itera
                 for b in arrived[n]:
                     ack = TaskAcknowledgement(offsets=_channel_offsets(b["channel"], b["offset"]))
                     coordinator.receive_acknowledge(n, sink_task_id(b["channel"]), ack)
+            # A checkpoint whose last ack came in an earlier attempt whose finalisation raised
+            # (a failed _metadata put): its acks are duplicates now, so complete it here.
+            coordinator.complete_fully_acknowledged()
     finally:
         coordinator._current_batch = None
     # Step 5. What to notify.

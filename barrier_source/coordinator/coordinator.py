@@ -369,6 +369,20 @@ class CheckpointCoordinator:
             raise
 
     # ------------------------------------------------------------------ completion / abort
+    def complete_fully_acknowledged(self) -> List[int]:
+        """Complete every pending checkpoint that already has all its acks (driver commit
+        worker). That happens only when an earlier completion attempt raised after the last
+        ack was recorded (e.g. the ``_metadata`` put failed): replayed acks are duplicates and
+        would never complete it, and it would hold the concurrency slot until it expired."""
+        done = []
+        with self.deferred():
+            for n, pending in sorted(self._pending.items()):
+                if not pending.is_discarded and pending.is_fully_acknowledged():
+                    logger.info("checkpoint %d: all acks were in, completing it now", n)
+                    self._complete(pending)
+                    done.append(n)
+        return done
+
     def _complete(self, pending: PendingCheckpoint) -> None:
         n = pending.checkpoint_id
         # Steps 1-2. finalize; the metadata is written last, then retention runs.

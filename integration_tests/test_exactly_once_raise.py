@@ -1,0 +1,47 @@
+"""Exactly-once when a protocol step *raises* (a broker timeout, a failed storage put, a failing
+task) instead of the whole pipeline being killed: Spark then aborts the batch (``writer.abort``
+after a failed ``commit``) and the query fails; an operator restarts it in a new Spark session.
+
+One pipeline per sink is failed at every protocol step in turn (each restart fails at the next
+step), then run to the end. After every failure the committed output is a duplicate-free prefix;
+at the end every expected record is there exactly once, no transaction of the sink is open, and
+the consumer group's offsets equal the last completed checkpoint. Before issue 12, a raise after
+``chk-n/_metadata`` made ``abort`` roll back the completed checkpoint's transactions and every
+restart then failed in recovery.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from barrier_source.faults import FaultPoint, fault_env
+from integration_tests.pipeline_support import produce_input, run_fault_chain
+
+RECORDS = 80_000
+KEYS = 499
+BATCH = 6_000
+
+
+@pytest.fixture(scope="module")
+def raise_input(kafka_admin, bootstrap):
+    return produce_input(kafka_admin, bootstrap, RECORDS, KEYS)
+
+
+@pytest.mark.parametrize("sink", ["kafka", "files"])
+def test_raise_at_every_protocol_step_then_restart(sink, bootstrap, raise_input, topic_factory,
+                                                   tmp_path):
+    output = topic_factory(2, prefix=f"eo_out_raise_{sink}")
+    output_path = str(tmp_path / "files-out") if sink == "files" else None
+    workdir = str(tmp_path)
+    group, prefix = f"eo-raise-{uuid.uuid4().hex[:6]}", f"eo-raise-{uuid.uuid4().hex[:6]}"
+    chain = []
+    for point in FaultPoint:
+        crash_dir = os.path.join(workdir, f"fail-{point.value}")
+        chain.append((point.value, fault_env(crash_dir, fail_at=f"{point.value}:2"),
+                      os.path.join(crash_dir, f"failed-{point.value}"),
+                      lambda rc: rc not in (0, -9)))  # the failure fails the query
+    run_fault_chain(bootstrap, raise_input, output, workdir, group, prefix, RECORDS, chain,
+                    BATCH, output_path)
