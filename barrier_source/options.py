@@ -80,6 +80,12 @@ SOURCE_OPTIONS = [
                "trigger of one checkpoint and the next."),
     OptionSpec("execution.checkpointing.max-concurrent-checkpoints", "1", "Triggered but not yet "
                "completed checkpoints allowed at once; a due trigger waits."),
+    OptionSpec("execution.checkpointing.idle-seal-after", "the interval, or 10s",
+               "When the source has no new data but records after the last barrier wait in "
+               "pre-committed sink transactions, trigger a checkpoint with a barrier-only batch "
+               "after this long (ms or '10s'), so open transactions never outlive their timeout "
+               "in an idle spell; also at the end of a Trigger.AvailableNow run. 0 = never (the "
+               "records then wait for new data)."),
     OptionSpec("execution.checkpointing.barrier-placement", PLACEMENT_END, "'end': barrier n at "
                "the end of every partition's range of the batch that triggers n. 'timestamp': a "
                "consistent cut: per partition before the first record with timestamp >= the "
@@ -321,6 +327,7 @@ class SourceOptions:
     checkpoint_interval_batches: int
     checkpoint_min_pause_ms: int
     max_concurrent_checkpoints: int
+    idle_seal_ms: int
     barrier_placement: str
     checkpoint_storage: Optional[str]
     commit_offsets_on_checkpoint: bool
@@ -406,6 +413,9 @@ class SourceOptions:
                                         o.get("execution.checkpointing.interval", "0"))
         batches_default = 1 if "execution.checkpointing.interval" not in o else 0
         interval_batches = _int(o, "execution.checkpointing.interval-batches", batches_default)
+        idle_raw = o.get("execution.checkpointing.idle-seal-after")
+        idle_seal_ms = (parse_duration_ms("execution.checkpointing.idle-seal-after", idle_raw)
+                        if idle_raw is not None else (interval_ms or 10_000))
         placement = o.get("execution.checkpointing.barrier-placement", PLACEMENT_END)
         placement = placement.strip().lower()
         if placement not in (PLACEMENT_END, PLACEMENT_TIMESTAMP):
@@ -445,7 +455,7 @@ class SourceOptions:
                 o.get("execution.checkpointing.min-pause", "0")),
             max_concurrent_checkpoints=_int(
                 o, "execution.checkpointing.max-concurrent-checkpoints", 1, minimum=1),
-            barrier_placement=placement, checkpoint_storage=storage,
+            idle_seal_ms=idle_seal_ms, barrier_placement=placement, checkpoint_storage=storage,
             commit_offsets_on_checkpoint=_bool(o, "commit.offsets.on.checkpoint", True),
             restore_from=restore_from,
             kafka_config=translate_kafka_options(o),

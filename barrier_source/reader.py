@@ -35,7 +35,7 @@ from barrier_source.exceptions import (BarrierKafkaError, InvalidOptionError, Mi
                                        OffsetOutOfRangeError)
 from barrier_source.offsets import (PartitionOffsets, SourceOffset, offset_of, offsets_from_json,
                                     offsets_to_json, sorted_channels, split_channel)
-from barrier_source.options import PLACEMENT_TIMESTAMP, SourceOptions, client_config
+from barrier_source.options import PLACEMENT_END, PLACEMENT_TIMESTAMP, SourceOptions, client_config
 from barrier_source.planner import count_rows, plan_end_offset, rate_limit
 from barrier_source.trigger import CheckpointTrigger, TriggerDecision, TriggerState
 
@@ -350,12 +350,22 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
                     and count_rows(starts, latest) < min_rows
                     and now - self._last_batch_ms < self.opts.max_trigger_delay_ms):
                 return start
-        if count_rows(starts, ends) == 0 and not self._owes_emittable(prev, ends):
+        idle = count_rows(starts, ends) == 0 and not self._owes_emittable(prev, ends)
+        if idle and not self._idle_seal_due(prev, now, starts):
             return start  # nothing to read: Spark runs no batch for an unchanged offset
         completed_id, aborted = self._checkpoint_progress(prev)
         decision = self._trigger.decide(
             TriggerState(prev.next_checkpoint_id, prev.last_trigger_ms,
-                         prev.batches_since_trigger), now, completed_id, aborted)
+                         prev.batches_since_trigger), now, completed_id, aborted, due=idle)
+        if idle:
+            if decision is not TriggerDecision.TRIGGER:
+                return start  # a checkpoint is still pending: seal once it is done
+            logger.info("barrier-kafka: idle with records after the last barrier: checkpoint "
+                        "%d sealed by a barrier-only batch", prev.next_checkpoint_id)
+            planned = plan_end_offset(prev, starts, ends, new_parts, decision, now,
+                                      PLACEMENT_END)
+            self._last_batch_ms = now
+            return planned.to_json()
         if decision is not TriggerDecision.TRIGGER and decision is not TriggerDecision.DISABLED:
             logger.debug("barrier-kafka: no checkpoint in this batch: %s", decision.value)
         cut = None
@@ -366,6 +376,18 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
                                   self.opts.barrier_placement, cut)
         self._last_batch_ms = now
         return planned.to_json()
+
+    def _idle_seal_due(self, prev: SourceOffset, now_ms: int, starts) -> bool:
+        """Records after the newest barrier wait in pre-committed transactions while the source
+        is idle: seal them with a barrier-only batch once ``idle-seal-after`` passed (or at the
+        end of an AvailableNow run), so no transaction outlives its timeout (driver)."""
+        if not self._trigger.is_enabled or prev.batches_since_trigger == 0 \
+                or self.opts.idle_seal_ms <= 0:
+            return False
+        if self._available_now is not None:
+            return True  # the run ends here: seal what it read
+        since = max(self._last_batch_ms, prev.last_trigger_ms or 0)
+        return now_ms - since >= self.opts.idle_seal_ms
 
     @staticmethod
     def _owes_emittable(prev: SourceOffset, ends: PartitionOffsets) -> bool:

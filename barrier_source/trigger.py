@@ -56,13 +56,15 @@ class CheckpointTrigger:
         return self.interval_ms > 0 or self.interval_batches > 0
 
     def decide(self, state: TriggerState, now_ms: int, completed_id: int,
-               aborted: AbstractSet[int] = frozenset()) -> TriggerDecision:
+               aborted: AbstractSet[int] = frozenset(), due: bool = False) -> TriggerDecision:
         """Decide for the batch being planned at ``now_ms``.
 
         ``completed_id`` is the newest completed checkpoint (0 if none) and ``aborted`` the
         ids after it that the coordinator aborted (expired, declined, cancelled); the other
         checkpoints ``completed_id + 1 .. next_checkpoint_id - 1`` are pending. As in Flink, a
-        failed checkpoint frees its concurrency slot at once.
+        failed checkpoint frees its concurrency slot at once. ``due`` makes the checkpoint due
+        whatever the interval says (an idle source sealing open transactions); min-pause and
+        max-concurrent still apply.
         """
         if not self.is_enabled:
             return TriggerDecision.DISABLED
@@ -71,7 +73,7 @@ class CheckpointTrigger:
         due_by_count = (self.interval_batches > 0
                         and (last is None
                              or state.batches_since_trigger + 1 >= self.interval_batches))
-        if not (due_by_time or due_by_count):
+        if not (due or due_by_time or due_by_count):
             return TriggerDecision.NOT_DUE
         if last is not None and now_ms - last < self.min_pause_ms:
             return TriggerDecision.MIN_PAUSE

@@ -61,3 +61,13 @@ def test_decide_counts_only_checkpoints_still_pending():
     assert trigger.decide(state, 10, 2) is TriggerDecision.MAX_CONCURRENT  # 3, 4, 5 pending
     assert trigger.decide(state, 10, 2, frozenset({3})) is TriggerDecision.MAX_CONCURRENT
     assert trigger.decide(state, 10, 2, frozenset({3, 5})) is TriggerDecision.TRIGGER
+
+
+def test_due_makes_an_idle_seal_trigger_but_respects_the_slot_and_pause():
+    trigger = CheckpointTrigger(interval_ms=0, interval_batches=3, min_pause_ms=100,
+                                max_concurrent=1)
+    state = TriggerState(next_checkpoint_id=2, last_trigger_ms=1000, batches_since_trigger=1)
+    assert trigger.decide(state, 2000, 1) is TriggerDecision.NOT_DUE
+    assert trigger.decide(state, 2000, 1, due=True) is TriggerDecision.TRIGGER
+    assert trigger.decide(state, 1050, 1, due=True) is TriggerDecision.MIN_PAUSE
+    assert trigger.decide(state, 2000, 0, due=True) is TriggerDecision.MAX_CONCURRENT

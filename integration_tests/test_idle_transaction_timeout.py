@@ -1,0 +1,108 @@
+"""Issue 12, hole 3: records after the newest barrier wait in pre-committed transactions; barriers
+used to come only with new data, so an idle spell longer than ``transaction.timeout.ms`` let the
+broker abort them, and the next commit failed on every restart (their output lost).
+
+A dedicated broker with a short ``transaction.max.timeout.ms`` (20 s) and a fast abort sweep
+runs the pipeline: a first batch seals checkpoint 1, a second batch is not due (a checkpoint every
+3 batches), then the source stays idle for longer than the transaction timeout, then new data
+comes. The idle source must seal the waiting records with a barrier-only batch in time: every
+record exactly once in ``read_committed`` output, no open transaction, group offsets at the end.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+
+import pytest
+from kafka import KafkaProducer
+from kafka.admin import KafkaAdminClient
+
+from barrier_ops.examples.running_count import OUTPUT_SCHEMA, RunningCount
+from barrier_ops.operator import keyed_process
+from barrier_sink.lingering import list_lingering
+from integration_tests.sink_support import read_committed_topic
+from kafka_harness.broker import KafkaBroker
+from kafka_harness.topics import create_topic
+
+TXN_TIMEOUT_MS = 20_000
+
+
+@pytest.fixture(scope="module")
+def short_timeout_broker(tmp_path_factory):
+    broker = KafkaBroker(
+        data_dir=str(tmp_path_factory.mktemp("short-txn-broker")),
+        extra_properties={"transaction.max.timeout.ms": TXN_TIMEOUT_MS,
+                          "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1000},
+    ).start()
+    yield broker
+    broker.stop()
+
+
+def _produce(bootstrap, topic, keys, start, count):
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+    for i in range(start, start + count):
+        producer.send(topic, key=b"k%d" % (i % keys), value=b"v%d" % i)
+    producer.flush()
+    producer.close()
+
+
+def test_idle_source_seals_open_transactions_before_they_time_out(spark, short_timeout_broker,
+                                                                   tmp_path):
+    bootstrap = short_timeout_broker.bootstrap
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    suffix = uuid.uuid4().hex[:6]
+    topic = create_topic(admin, f"idle_in_{suffix}", 2)
+    out = create_topic(admin, f"idle_out_{suffix}", 2)
+    admin.close()
+    prefix, storage = f"idle-{suffix}", str(tmp_path / "storage")
+    keys = 13
+    src = (spark.readStream.format("barrier-kafka")
+           .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+           .option("startingOffsets", "earliest")
+           .option("execution.checkpointing.interval-batches", "3")
+           .option("execution.checkpointing.idle-seal-after", "3s")
+           .option("checkpoint.storage", storage).load())
+    counted = keyed_process(src, "key", RunningCount(), OUTPUT_SCHEMA, operator_id="idle-count",
+                            state_backend=storage, max_parallelism=4)
+    query = (counted.writeStream.format("barrier-kafka")
+             .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
+             .option("transactionalIdPrefix", prefix).option("checkpoint.storage", storage)
+             .option("kafka.transaction.timeout.ms", str(TXN_TIMEOUT_MS))
+             .option("execution.checkpointing.timeout", "12000")
+             .option("execution.checkpointing.tolerable-failed-checkpoints", "3")
+             .option("restart.budget.ms", "3000")
+             .option("checkpointLocation", str(tmp_path / "chk")).start())
+    try:
+        _produce(bootstrap, topic, keys, 0, 300)
+        query.processAllAvailable()  # batch 0: checkpoint 1 at its end
+        _produce(bootstrap, topic, keys, 300, 300)
+        query.processAllAvailable()  # batch 1: not due, its records wait in open transactions
+        idle_from = time.monotonic()
+        assert list_lingering({"bootstrap_servers": bootstrap}, prefix), \
+            "the second batch's records must wait in pre-committed transactions"
+        # The fault: stay idle for longer than the transaction timeout (plus the broker's abort
+        # sweep). Meanwhile the idle seal must have committed them.
+        deadline = idle_from + (TXN_TIMEOUT_MS + 5_000) / 1000
+        while list_lingering({"bootstrap_servers": bootstrap}, prefix):
+            assert query.exception() is None, query.exception()
+            assert time.monotonic() < deadline, "open transactions outlived the idle spell"
+            query.awaitTermination(0.5)
+        sealed_after = time.monotonic() - idle_from
+        assert sealed_after < TXN_TIMEOUT_MS / 1000, \
+            f"sealed only after {sealed_after:.1f}s, past the transaction timeout"
+        query.awaitTermination(max(0.0, deadline - time.monotonic()))  # rest of the idle spell
+        assert query.exception() is None
+        _produce(bootstrap, topic, keys, 600, 300)
+        query.processAllAvailable()
+        while list_lingering({"bootstrap_servers": bootstrap}, prefix):  # last records sealed
+            assert query.exception() is None, query.exception()
+            assert time.monotonic() < deadline + 60, "the last records were never sealed"
+            query.awaitTermination(0.5)
+    finally:
+        query.stop()
+    got = Counter(v.decode() for v in read_committed_topic(bootstrap, out))
+    expected = Counter(f"k{k}:{i}" for k in range(keys)
+                       for i in range(1, 1 + sum(1 for n in range(900) if n % keys == k)))
+    assert got == expected  # every record exactly once: nothing aborted by the timeout
