@@ -150,10 +150,25 @@ class KafkaTwoPhaseCommitWriter(TwoPhaseCommitWriter):
                                   self.opts)
 
     def preflight(self) -> None:
-        """Refuse a ``kafka.transaction.timeout.ms`` above the brokers' maximum (driver, once)."""
+        """At start (driver, once): read the source's checkpoint settings from
+        checkpoint.storage and size the transaction-timeout guard by them; refuse a
+        ``kafka.transaction.timeout.ms`` above the brokers' maximum."""
         from barrier_sink.transaction import broker_max_transaction_timeout_ms
+        from barrier_source.checkpoint_settings import read_settings
 
-        self.opts.check_transaction_timeout(broker_max_transaction_timeout_ms(self.opts.kafka))
+        settings = read_settings(self.opts.checkpoint.open_backend())
+        bound = None
+        if settings is None:
+            logger.warning(
+                "barrier-kafka sink: no barrier-kafka source records its checkpoint settings in "
+                "%s. If this query reads with the barrier-kafka source, give the source the same "
+                "'checkpoint.storage' as the sink: without it the source commits consumer-group "
+                "offsets before checkpoints complete, and the transaction-timeout guard cannot "
+                "see the checkpoint interval.", self.opts.checkpoint.storage_uri)
+        else:
+            bound = self.opts.check_against_source(settings)
+        self.opts.check_transaction_timeout(broker_max_transaction_timeout_ms(self.opts.kafka),
+                                            seal_bound_ms=bound)
 
     def storage_uri(self) -> str:
         return self.opts.checkpoint.storage_uri

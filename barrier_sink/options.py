@@ -23,14 +23,14 @@ COMMON_SINK_OPTIONS: List[OptionSpec] = [
                "State backend URI where checkpoint metadata, sink transaction handles and "
                "statistics are stored: a path, file://, s3://bucket/prefix or memory://name. "
                "Share it with the source (`checkpoint.storage`) and the operators."),
-    OptionSpec("execution.checkpointing.interval", "0",
-               "Checkpoint interval in ms, as set on the source; used by the "
-               "transaction-timeout guard."),
+    OptionSpec("execution.checkpointing.interval", "the source's",
+               "Not needed: the sink reads the source's checkpoint settings from "
+               "checkpoint.storage. If given (ms), it must equal the source's interval."),
     OptionSpec("execution.checkpointing.timeout", "600000",
                "A pending checkpoint older than this (ms) is aborted (expired)."),
     OptionSpec("execution.checkpointing.tolerable-failed-checkpoints", "0",
                "Consecutive failed checkpoints tolerated before the query fails."),
-    OptionSpec("restart.budget.ms", "300000",
+    OptionSpec("restart.budget.ms", "240000",
                "How long a crashed query may take to restart: pre-committed transactions must "
                "survive it (transaction-timeout guard)."),
     OptionSpec("state.checkpoints.num-retained", "3",
@@ -137,7 +137,7 @@ class CheckpointSinkOptions:
 
     checkpoint_location: str
     storage_uri: str
-    interval_ms: int
+    interval_ms: Optional[int]  # given on the sink (None: take the source's)
     checkpoint_timeout_ms: int
     tolerable_failures: int
     restart_budget_ms: int
@@ -163,7 +163,9 @@ class CheckpointSinkOptions:
         return cls(
             checkpoint_location=location or storage,
             storage_uri=storage,
-            interval_ms=num("execution.checkpointing.interval"),
+            interval_ms=(_int(options, "execution.checkpointing.interval", 0)
+                         if _get(options, "execution.checkpointing.interval") is not None
+                         else None),
             checkpoint_timeout_ms=num("execution.checkpointing.timeout"),
             tolerable_failures=num("execution.checkpointing.tolerable-failed-checkpoints"),
             restart_budget_ms=num("restart.budget.ms"),
@@ -203,20 +205,25 @@ class KafkaSinkOptions:
         opts.check_transaction_timeout()
         return opts
 
-    def check_transaction_timeout(self, broker_max_ms: Optional[int] = None) -> None:
+    def check_transaction_timeout(self, broker_max_ms: Optional[int] = None,
+                                  seal_bound_ms: Optional[int] = None) -> None:
         """The transaction-timeout guard (driver, at start).
 
         A pre-committed transaction must outlive the longest time until its checkpoint's commit:
-        one checkpoint interval to the next barrier, the checkpoint timeout to complete it, and the
-        restart budget when a crash comes between completion and commit. If Kafka aborts the
-        transaction first, its records are lost: so refuse to start instead.
+        the longest wait for the next barrier (``seal_bound_ms``: the source's interval or idle
+        seal, read from checkpoint.storage; before that is known, the sink's own interval
+        option), the checkpoint timeout to complete it, and the restart budget when a crash
+        comes between completion and commit. If Kafka aborts the transaction first, its records
+        are lost: so refuse to start instead.
         """
         c = self.checkpoint
-        needed = c.interval_ms + c.checkpoint_timeout_ms + c.restart_budget_ms
+        wait = seal_bound_ms if seal_bound_ms is not None else (c.interval_ms or 0)
+        needed = wait + c.checkpoint_timeout_ms + c.restart_budget_ms
         if self.transaction_timeout_ms < needed:
             raise TransactionTimeoutTooShortError(
                 f"Option 'kafka.transaction.timeout.ms' = {self.transaction_timeout_ms} is "
-                f"shorter than execution.checkpointing.interval ({c.interval_ms}) + "
+                f"shorter than the longest wait for a barrier ({wait}: the source's "
+                "execution.checkpointing.interval or idle-seal-after) + "
                 f"execution.checkpointing.timeout ({c.checkpoint_timeout_ms}) + "
                 f"restart.budget.ms ({c.restart_budget_ms}) = {needed} ms: Kafka could abort "
                 "a pre-committed transaction before its checkpoint commits it, losing data. "
@@ -227,6 +234,26 @@ class KafkaSinkOptions:
                 f"the broker's transaction.max.timeout.ms = {broker_max_ms}; the broker would "
                 "refuse every transaction. Lower it, or raise transaction.max.timeout.ms on the "
                 "brokers.")
+
+    def check_against_source(self, settings) -> Optional[int]:
+        """Compare with the source's recorded :class:`CheckpointSettings` (driver, at start);
+        returns the seal bound the guard must use. A contradicting sink-side interval is an
+        error: two copies of one setting must not disagree."""
+        given = self.checkpoint.interval_ms
+        if given is not None and given != settings.interval_ms:
+            raise InvalidOptionError(
+                f"Option 'execution.checkpointing.interval' = {given} on the barrier-kafka sink "
+                f"contradicts the source's {settings.interval_ms} ms (read from "
+                f"{self.checkpoint.storage_uri}). The source decides when checkpoints trigger: "
+                "set the interval on the source only and drop it from the sink.")
+        if settings.seal_bound_ms is None:
+            logger.warning(
+                "barrier-kafka sink: the source counts checkpoints in batches and its "
+                "execution.checkpointing.idle-seal-after is 0: records after the last barrier "
+                "wait for new data without bound, and an idle spell longer than "
+                "kafka.transaction.timeout.ms (%d ms) loses them. Set idle-seal-after on the "
+                "source.", self.transaction_timeout_ms)
+        return settings.seal_bound_ms
 
     def transactional_id(self, batch_id: int, partition_id: int,
                          checkpoint_id: Optional[int], attempt: int = 0) -> str:

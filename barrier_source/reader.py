@@ -83,6 +83,20 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         self._last_batch_ms = _now_ms()
         self._available_now: Optional[PartitionOffsets] = None
         self._latest: Optional[PartitionOffsets] = None
+        if self.opts.checkpoint_storage and self._trigger.is_enabled:
+            self._record_checkpoint_settings()
+
+    def _record_checkpoint_settings(self) -> None:
+        """Publish the trigger settings in checkpoint.storage for the sink (driver, at start;
+        see :mod:`barrier_source.checkpoint_settings`)."""
+        from barrier_source.checkpoint_settings import CheckpointSettings, record_settings
+        from state_backends.registry import backend_from_uri
+
+        o = self.opts
+        record_settings(backend_from_uri(o.checkpoint_storage, dict(o.storage_options)),
+                        CheckpointSettings(o.checkpoint_interval_ms, o.checkpoint_interval_batches,
+                                           o.idle_seal_ms, o.checkpoint_min_pause_ms,
+                                           o.max_concurrent_checkpoints))
 
     def __getstate__(self):
         state = dict(self.__dict__)

@@ -106,3 +106,33 @@ def test_idle_source_seals_open_transactions_before_they_time_out(spark, short_t
     expected = Counter(f"k{k}:{i}" for k in range(keys)
                        for i in range(1, 1 + sum(1 for n in range(900) if n % keys == k)))
     assert got == expected  # every record exactly once: nothing aborted by the timeout
+
+
+def test_available_now_run_with_a_time_interval_ends_with_everything_committed(
+        spark, bootstrap, topic_factory, tmp_path):
+    """A scheduled Trigger.AvailableNow run with a time-based interval: the batches after the
+    last time-triggered barrier used to stay in open transactions when the run stopped (pinning
+    readers until a later run, or lost after the transaction timeout). The run must seal them
+    with a barrier-only batch before it stops."""
+    topic, out = topic_factory(2, prefix="an_in"), topic_factory(2, prefix="an_out")
+    prefix, storage, keys = "an-" + uuid.uuid4().hex[:6], str(tmp_path / "storage"), 7
+    _produce(bootstrap, topic, keys, 0, 700)
+    src = (spark.readStream.format("barrier-kafka")
+           .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+           .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "100")
+           .option("execution.checkpointing.interval", "2m")  # only the first batch triggers
+           .option("checkpoint.storage", storage).load())
+    counted = keyed_process(src, "key", RunningCount(), OUTPUT_SCHEMA, operator_id="an-count",
+                            state_backend=storage, max_parallelism=4)
+    query = (counted.writeStream.format("barrier-kafka")
+             .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
+             .option("transactionalIdPrefix", prefix).option("checkpoint.storage", storage)
+             .option("restart.budget.ms", "60000")
+             .option("checkpointLocation", str(tmp_path / "chk"))
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(300), "the AvailableNow run did not stop"
+    assert query.exception() is None
+    assert list_lingering({"bootstrap_servers": bootstrap}, prefix) == []
+    got = Counter(v.decode() for v in read_committed_topic(bootstrap, out))
+    expected = Counter(f"k{k}:{i}" for k in range(keys) for i in range(1, 101))
+    assert got == expected

@@ -90,3 +90,30 @@ def test_kafka_settings_are_translated_like_the_source_and_secrets_stay_hidden()
         ("svc", "hunter2-secret")
     assert opts.kafka["linger_ms"] == 20
     assert "hunter2-secret" not in repr(opts)
+
+
+def test_sink_reads_the_sources_checkpoint_settings_and_refuses_a_contradiction(tmp_path):
+    """Issue 12, hole 3: the guard used the sink's own interval option (default 0), a second
+    copy of the source's that nothing checked. Now the source records its settings in
+    checkpoint.storage and the sink sizes the guard by them."""
+    from barrier_source.checkpoint_settings import (CheckpointSettings, read_settings,
+                                                    record_settings)
+    from state_backends.registry import backend_from_uri
+
+    storage = str(tmp_path / "storage")
+    record_settings(backend_from_uri(storage), CheckpointSettings(
+        interval_ms=120_000, interval_batches=0, idle_seal_ms=120_000, min_pause_ms=0,
+        max_concurrent=1))
+    settings = read_settings(backend_from_uri(storage))
+    opts = KafkaSinkOptions.from_options({**BASE, "checkpoint.storage": storage})
+    bound = opts.check_against_source(settings)
+    assert bound == 120_000
+    opts.check_transaction_timeout(900_000, seal_bound_ms=bound)  # 120 + 600 + 240 s fits
+    with pytest.raises(TransactionTimeoutTooShortError, match="longest wait for a barrier"):
+        KafkaSinkOptions.from_options({**BASE, "checkpoint.storage": storage,
+                                       "restart.budget.ms": "300000"}
+                                      ).check_transaction_timeout(900_000, seal_bound_ms=bound)
+    contradicting = KafkaSinkOptions.from_options(
+        {**BASE, "checkpoint.storage": storage, "execution.checkpointing.interval": "30000"})
+    with pytest.raises(InvalidOptionError, match="contradicts the source's 120000"):
+        contradicting.check_against_source(settings)
