@@ -102,18 +102,18 @@ def test_sink_reads_the_sources_checkpoint_settings_and_refuses_a_contradiction(
 
     storage = str(tmp_path / "storage")
     record_settings(backend_from_uri(storage), CheckpointSettings(
-        interval_ms=120_000, interval_batches=0, idle_seal_ms=120_000, min_pause_ms=0,
+        interval_ms=60_000, interval_batches=0, idle_seal_ms=60_000, min_pause_ms=0,
         max_concurrent=1))
     settings = read_settings(backend_from_uri(storage))
     opts = KafkaSinkOptions.from_options({**BASE, "checkpoint.storage": storage})
     bound = opts.check_against_source(settings)
-    assert bound == 120_000
-    opts.check_transaction_timeout(900_000, seal_bound_ms=bound)  # 120 + 600 + 240 s fits
+    assert bound == 60_000
+    opts.check_transaction_timeout(900_000, seal_bound_ms=bound)  # 60 + 600 + 240 s fits
     with pytest.raises(TransactionTimeoutTooShortError, match="longest wait for a barrier"):
         KafkaSinkOptions.from_options({**BASE, "checkpoint.storage": storage,
                                        "restart.budget.ms": "300000"}
                                       ).check_transaction_timeout(900_000, seal_bound_ms=bound)
     contradicting = KafkaSinkOptions.from_options(
         {**BASE, "checkpoint.storage": storage, "execution.checkpointing.interval": "30000"})
-    with pytest.raises(InvalidOptionError, match="contradicts the source's 120000"):
+    with pytest.raises(InvalidOptionError, match="contradicts the source's 60000"):
         contradicting.check_against_source(settings)
