@@ -37,6 +37,7 @@ class PipelineConfig:
     checkpoint_every_batches: int = 1
     output_path: Optional[str] = None  # set: write to the barrier-files sink there, not Kafka
     restore_from: Optional[str] = None  # 'chk-<n>' / 'savepoints/<name>' in this storage
+    checkpoint_location: Optional[str] = None  # Spark's checkpointLocation as the user spells it
 
     @property
     def storage(self) -> str:
@@ -44,7 +45,7 @@ class PipelineConfig:
 
     @property
     def spark_checkpoint(self) -> str:
-        return os.path.join(self.workdir, "spark-checkpoint")
+        return self.checkpoint_location or os.path.join(self.workdir, "spark-checkpoint")
 
 
 def start_pipeline(spark, cfg: PipelineConfig, sink: str = "barrier-kafka",
@@ -83,8 +84,9 @@ def start_pipeline(spark, cfg: PipelineConfig, sink: str = "barrier-kafka",
         writer = (counted.writeStream.format("barrier-kafka")
                   .option("kafka.bootstrap.servers", cfg.bootstrap)
                   .option("topic", cfg.output_topic)
-                  .option("transactionalIdPrefix", cfg.transactional_id_prefix)
                   .option("checkpoint.storage", cfg.storage))
+        if cfg.transactional_id_prefix:  # else the default, derived from checkpointLocation
+            writer = writer.option("transactionalIdPrefix", cfg.transactional_id_prefix)
     if trigger_s:
         writer = writer.trigger(processingTime=f"{trigger_s} seconds")
     return (writer.option("checkpointLocation", cfg.spark_checkpoint)
@@ -168,7 +170,10 @@ def main(argv=None) -> int:
                         help="write Parquet files here with the barrier-files sink instead")
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--group", required=True)
-    parser.add_argument("--prefix", required=True)
+    parser.add_argument("--prefix", required=True,
+                        help="transactionalIdPrefix ('' = the sink's default)")
+    parser.add_argument("--checkpoint-location", default=None,
+                        help="Spark checkpointLocation (default <workdir>/spark-checkpoint)")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=50_000)
     parser.add_argument("--shuffle-partitions", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=600)
@@ -181,7 +186,8 @@ def main(argv=None) -> int:
     spark = build_spark("barrier-demo-pipeline", shuffle_partitions=args.shuffle_partitions)
     cfg = PipelineConfig(args.bootstrap, args.input, args.output, args.workdir, args.group,
                          args.prefix, args.max_offsets_per_trigger,
-                         output_path=args.output_path)
+                         output_path=args.output_path,
+                         checkpoint_location=args.checkpoint_location)
     took = run_until_caught_up(spark, cfg, args.timeout)
     print(json.dumps({"caught_up_seconds": round(took, 1)}), flush=True)
     spark.stop()

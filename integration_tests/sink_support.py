@@ -8,6 +8,7 @@ from typing import Dict, List
 
 from kafka import KafkaConsumer, TopicPartition
 
+from barrier_demo.verify import read_topic
 from barrier_ops.testing import make_script
 from barrier_source.schema import KIND_BARRIER, channel_name
 
@@ -34,32 +35,9 @@ def sealed_script(seed: int, partitions: int = 2, records: int = 100, checkpoint
 
 def read_committed_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> List[bytes]:
     """Every committed value of ``topic`` (all partitions), read until the position reached the
-    log end on each partition. Raises ``TimeoutError`` if that takes longer than ``timeout_s``
-    (an open transaction pins the last stable offset): never returns part of the topic."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
-                             enable_auto_commit=False)
-    try:
-        parts = [TopicPartition(topic, p)
-                 for p in sorted(consumer.partitions_for_topic(topic) or [])]
-        consumer.assign(parts)
-        consumer.seek_to_beginning(*parts)
-        values: List[bytes] = []
-        deadline = time.monotonic() + timeout_s
-        while True:
-            for msgs in consumer.poll(timeout_ms=300).values():
-                values.extend(m.value for m in msgs)
-            ends = consumer.end_offsets(parts)
-            behind = {tp.partition: (consumer.position(tp), ends[tp]) for tp in parts
-                      if consumer.position(tp) < ends[tp]}
-            if not behind:
-                return values
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"read_committed reader of {topic} did not reach the log end within "
-                    f"{timeout_s}s (partition: (position, end) = {behind}); an open "
-                    "transaction pins the last stable offset")
-    finally:
-        consumer.close()
+    last stable offset on each partition. Raises ``TimeoutError`` if that takes longer than
+    ``timeout_s``: never returns part of the topic."""
+    return read_topic(bootstrap, topic, "read_committed", timeout_s=timeout_s)
 
 
 def end_offsets(bootstrap: str, topic: str) -> Dict[int, int]:

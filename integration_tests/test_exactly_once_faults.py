@@ -43,10 +43,10 @@ def test_task_failure_aborts_the_batch_and_leaves_nothing_visible(bootstrap, kaf
     assert_exactly_once(bootstrap, topic, output, workdir, group, prefix, RECORDS)
 
 
-def test_broker_restart_during_the_run(tmp_path):
-    """A dedicated broker is restarted (SIGTERM + start on the same ports and data) while the
-    pipeline runs; if the query fails during the outage it is restarted, as an operator would.
-    The outcome must still be exactly-once."""
+def test_broker_killed_and_restarted_during_the_run(tmp_path):
+    """A dedicated broker is SIGKILLed while the pipeline runs and started again on the same
+    ports and log directory (log and transaction-state recovery); if the query fails during the
+    outage it is restarted, as an operator would. The outcome must still be exactly-once."""
     broker = KafkaBroker(data_dir=str(tmp_path / "broker")).start()
     try:
         bootstrap = broker.bootstrap
@@ -71,7 +71,7 @@ def test_broker_restart_during_the_run(tmp_path):
                 assert proc.poll() is None, "pipeline ended before its first checkpoint"
                 assert time.monotonic() < deadline, "no checkpoint completed within 300s"
                 time.sleep(0.5)
-            broker.restart()
+            broker.restart(hard=True)
             try:
                 rc = proc.wait(timeout=660)
             except subprocess.TimeoutExpired:
@@ -86,3 +86,32 @@ def test_broker_restart_during_the_run(tmp_path):
         assert_exactly_once(bootstrap, topic, output, workdir, group, prefix, RECORDS)
     finally:
         broker.stop()
+
+
+def test_checkpoint_location_spelled_three_ways(bootstrap, kafka_admin, topic_factory,
+                                                tmp_path):
+    """Issue 12, hole 5: the default transactionalIdPrefix hashed the raw checkpointLocation.
+    The same query restarted with ``file:///x/`` after ``/x`` got new transactional ids on the
+    same storage, and recovery committed the old ids and the replay's new ids alike. Killed
+    after a checkpoint completed (nothing committed yet), restarted under another spelling and
+    killed mid-commit, then run to the end under a third: exactly-once."""
+    from barrier_sink.options import KafkaSinkOptions
+
+    topic = produce_input(kafka_admin, bootstrap, 30_000, KEYS)
+    output = topic_factory(2, prefix="eo_spell")
+    workdir = str(tmp_path)
+    location = os.path.join(workdir, "spark-checkpoint")
+    spellings = [location, f"file://{location}/", location + "/"]
+    group = f"eo-spell-{uuid.uuid4().hex[:6]}"
+    crashes = [FaultPoint.COMMIT_AFTER_METADATA, FaultPoint.COMMIT_MID_TRANSACTIONS, None]
+    for spelling, point in zip(spellings, crashes):
+        env = (fault_env(os.path.join(workdir, f"crash-{point.value}"),
+                         crash_at=f"{point.value}:2") if point else None)
+        rc = run_pipeline(bootstrap, topic, output, workdir, group, "", env,
+                          max_offsets_per_trigger=5_000, checkpoint_location=spelling)
+        assert rc == (-9 if point else 0), f"exit {rc} with {spelling!r}; see run.log"
+        assert_prefix_exactly_once(bootstrap, output)
+    prefix = KafkaSinkOptions.from_options({"kafka.bootstrap.servers": bootstrap,
+                                            "checkpointLocation": location}
+                                           ).transactional_id_prefix
+    assert_exactly_once(bootstrap, topic, output, workdir, group, prefix, 30_000)

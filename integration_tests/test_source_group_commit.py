@@ -4,14 +4,13 @@ commits what ``<checkpoint.storage>/_completed_offsets.json`` says."""
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 
 from kafka import TopicPartition
 
 from barrier_source.group_commit import commit_group_offsets, write_completed_offsets
 from integration_tests.source_helpers import barriers, produce, run_to_memory, wait_for
-from kafka_harness.jars import fetch_broker_jars, require_java
+from kafka_harness.tools import group_offsets as group_offsets_tool
 
 
 def group_offsets(admin, group, topic, partitions):
@@ -22,17 +21,9 @@ def group_offsets(admin, group, topic, partitions):
 
 def tool_offsets(bootstrap, group):
     """CURRENT-OFFSET per partition from Kafka's ConsumerGroupCommand (kafka-tools jar)."""
-    out = subprocess.run(
-        [require_java(), "-cp", f"{fetch_broker_jars()}/*",
-         "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand", "--bootstrap-server",
-         bootstrap, "--describe", "--group", group], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    rows = {}
-    for line in out.stdout.splitlines():
-        cols = line.split()
-        if len(cols) >= 5 and cols[0] == group:
-            rows[int(cols[2])] = int(cols[3])
-    return rows
+    rows = group_offsets_tool(bootstrap, group)
+    assert len(rows) <= 1, rows
+    return next(iter(rows.values()), {})
 
 
 def test_group_offsets_follow_the_last_completed_checkpoint(spark, bootstrap, kafka_admin,

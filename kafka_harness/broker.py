@@ -250,9 +250,13 @@ class KafkaBroker:
             self.proc.wait(timeout=STOP_TIMEOUT_S)
         self.proc = None
 
-    def restart(self, timeout_s: float = START_TIMEOUT_S) -> "KafkaBroker":
-        """Stop (keeping data) and start again on the same ports."""
-        self.stop(remove_data=False)
+    def restart(self, timeout_s: float = START_TIMEOUT_S, hard: bool = False) -> "KafkaBroker":
+        """Stop (keeping data) and start again on the same ports and log directory. ``hard``:
+        SIGKILL instead of a controlled shutdown (a crashed broker: log recovery at start)."""
+        if hard:
+            self.kill()
+        else:
+            self.stop(remove_data=False)
         return self.start(timeout_s)
 
     def __enter__(self) -> "KafkaBroker":
