@@ -176,6 +176,10 @@ def main(argv=None) -> int:
                         help="Spark checkpointLocation (default <workdir>/spark-checkpoint)")
     parser.add_argument("--max-offsets-per-trigger", type=int, default=50_000)
     parser.add_argument("--shuffle-partitions", type=int, default=2)
+    parser.add_argument("--master", default="local[2]",
+                        help="Spark master (a spark:// standalone cluster for cluster tests)")
+    parser.add_argument("--speculation", action="store_true",
+                        help="speculative task attempts (spark.speculation, eager settings)")
     parser.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -183,7 +187,13 @@ def main(argv=None) -> int:
     from kafka_harness.spark import build_spark
 
     record_pipeline_group()
-    spark = build_spark("barrier-demo-pipeline", shuffle_partitions=args.shuffle_partitions)
+    conf = {}
+    if args.speculation:  # speculate a task as soon as it is clearly slower than its siblings
+        conf = {"spark.speculation": "true", "spark.speculation.interval": "200ms",
+                "spark.speculation.multiplier": "1.5", "spark.speculation.quantile": "0.5",
+                "spark.speculation.minTaskRuntime": "500ms"}
+    spark = build_spark("barrier-demo-pipeline", shuffle_partitions=args.shuffle_partitions,
+                        master=args.master, **conf)
     cfg = PipelineConfig(args.bootstrap, args.input, args.output, args.workdir, args.group,
                          args.prefix, args.max_offsets_per_trigger,
                          output_path=args.output_path,

@@ -17,6 +17,9 @@ Environment of a pipeline process (its Spark workers inherit it):
 ``BARRIER_KAFKA_FAIL_AT=<point>[:<n>]``
     The n-th arrival raises :class:`InjectedFailure` there instead (an exception from the broker
     or the storage, a failing task): Spark then aborts the batch or fails the query.
+``BARRIER_KAFKA_DELAY_AT=<point>:<n>:<seconds>``
+    The n-th arrival at ``point`` sleeps that long once (a slow task attempt: Spark launches a
+    speculative copy of it on a cluster with ``spark.speculation``).
 ``BARRIER_KAFKA_CRASH_DIR=<dir>``
     Where arrivals are counted across processes (``O_EXCL`` marker files) and where the
     ``crashed`` / ``failed-<point>`` marker is written, so that each fault fires once and the
@@ -28,11 +31,13 @@ from __future__ import annotations
 import enum
 import os
 import signal
+import time
 from typing import Optional, Tuple
 
 SWITCH = "BARRIER_KAFKA_TEST_FAULTS"
 CRASH_AT = "BARRIER_KAFKA_CRASH_AT"
 FAIL_AT = "BARRIER_KAFKA_FAIL_AT"
+DELAY_AT = "BARRIER_KAFKA_DELAY_AT"
 CRASH_DIR = "BARRIER_KAFKA_CRASH_DIR"
 CRASH_PGID = "BARRIER_KAFKA_CRASH_PGID"
 
@@ -68,6 +73,7 @@ def _armed(variable: str, point: FaultPoint) -> Optional[Tuple[int, str]]:
     if not spec:
         return None
     name, _, occurrence = spec.partition(":")
+    occurrence = occurrence.partition(":")[0]
     if name not in POINTS:
         raise ValueError(f"{variable}={spec!r}: unknown fault point {name!r}; one of {POINTS}")
     crash_dir = os.environ.get(CRASH_DIR)
@@ -107,6 +113,12 @@ def fault_point(point: FaultPoint) -> None:
                 _nth_arrival(crash_dir, point.value, wanted):
             _mark(os.path.join(crash_dir, "crashed"), point.value)
             _kill_pipeline()
+    delay = _armed(DELAY_AT, point)
+    if delay is not None:
+        wanted, crash_dir = delay
+        if _nth_arrival(crash_dir, f"delay-{point.value}", wanted):
+            _mark(os.path.join(crash_dir, f"delayed-{point.value}"), point.value)
+            time.sleep(float(os.environ[DELAY_AT].split(":")[2]))
     fail = _armed(FAIL_AT, point)
     if fail is not None:
         wanted, crash_dir = fail
@@ -138,9 +150,11 @@ def record_pipeline_group() -> None:
 
 
 def fault_env(crash_dir: str, crash_at: Optional[str] = None,
-                   fail_at: Optional[str] = None) -> dict:
-    """The environment variables that arm one fault (tests and the demo)."""
+              fail_at: Optional[str] = None, delay_at: Optional[str] = None) -> dict:
+    """The environment variables that arm faults (tests and the demo)."""
     env = {SWITCH: "1", CRASH_DIR: crash_dir}
+    if delay_at:
+        env[DELAY_AT] = delay_at
     if crash_at:
         env[CRASH_AT] = crash_at
     if fail_at:

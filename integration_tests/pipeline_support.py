@@ -35,7 +35,7 @@ def produce_input(admin, bootstrap: str, records: int, keys: int, partitions: in
 
 def start_pipeline_process(bootstrap, input_topic, output, workdir, group, prefix,
                            env_extra=None, max_offsets_per_trigger=40_000, output_path=None,
-                           checkpoint_location=None):
+                           checkpoint_location=None, extra_args=()):
     """The pipeline as a child process in its own session (``barrier_demo.pipeline``)."""
     env = {k: v for k, v in os.environ.items()
            if k not in (faults.SWITCH, faults.CRASH_AT, faults.FAIL_AT)}
@@ -48,16 +48,18 @@ def start_pipeline_process(bootstrap, input_topic, output, workdir, group, prefi
         cmd += ["--output-path", output_path]
     if checkpoint_location:
         cmd += ["--checkpoint-location", checkpoint_location]
+    cmd += list(extra_args)
     with open(os.path.join(workdir, "run.log"), "ab") as log:
         return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
 
 
 def run_pipeline(bootstrap, input_topic, output, workdir, group, prefix, env_extra=None,
-                 max_offsets_per_trigger=40_000, output_path=None, checkpoint_location=None):
+                 max_offsets_per_trigger=40_000, output_path=None, checkpoint_location=None,
+                 extra_args=()):
     proc = start_pipeline_process(bootstrap, input_topic, output, workdir, group, prefix,
                                   env_extra, max_offsets_per_trigger, output_path,
-                                  checkpoint_location)
+                                  checkpoint_location, extra_args)
     try:
         return proc.wait(timeout=PIPELINE_TIMEOUT_S + 60)
     except subprocess.TimeoutExpired:

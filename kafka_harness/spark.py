@@ -2,21 +2,41 @@
 
 from __future__ import annotations
 
+import os
+import sys
 
-def build_spark(app_name: str = "barrier-kafka-tests", shuffle_partitions: int = 4, **conf):
-    """A local[2] SparkSession with the plugin registered (driver)."""
+
+def cluster_conf(master: str) -> dict:
+    """Settings that make executors of a standalone ``master`` run this project: the driver's
+    Python, the project root on PYTHONPATH, and the test switches (``BARRIER_KAFKA_*``) in
+    their environment (executors do not inherit the driver's)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    conf = {"spark.pyspark.python": sys.executable, "spark.executor.memory": "768m",
+            "spark.executorEnv.PYTHONPATH": root}
+    for k, v in os.environ.items():
+        if k.startswith("BARRIER_KAFKA_"):
+            conf[f"spark.executorEnv.{k}"] = v
+    return conf
+
+
+def build_spark(app_name: str = "barrier-kafka-tests", shuffle_partitions: int = 4,
+                master: str = "local[2]", **conf):
+    """A SparkSession with the plugin registered (driver): ``local[2]`` unless ``master``
+    names a standalone cluster (``spark://...``, see :mod:`kafka_harness.spark_cluster`)."""
     from pyspark.sql import SparkSession
 
     import barrier_source
 
-    builder = (SparkSession.builder.master("local[2]").appName(app_name)
+    builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
                .config("spark.ui.enabled", "false")
                .config("spark.driver.memory", "2g")
                .config("spark.sql.streaming.stopTimeout", "60s")
                .config("spark.python.worker.reuse", "true")
                .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
-    for k, v in conf.items():
+    settings = dict(cluster_conf(master)) if master.startswith("spark://") else {}
+    settings.update(conf)
+    for k, v in settings.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

@@ -64,8 +64,8 @@ class StandaloneCluster:
     def url(self) -> str:
         return f"spark://127.0.0.1:{self.port}"
 
-    def _spawn(self, name: str, *args: str) -> subprocess.Popen:
-        env = dict(os.environ, SPARK_HOME=spark_home(), SPARK_LOCAL_IP="127.0.0.1",
+    def _spawn(self, name: str, *args: str, host: str = "127.0.0.1") -> subprocess.Popen:
+        env = dict(os.environ, SPARK_HOME=spark_home(), SPARK_LOCAL_IP=host,
                    SPARK_LOG_DIR=str(self.dir), SPARK_WORKER_DIR=str(self.dir / "work"))
         log = open(self.dir / f"{name}.log", "ab")
         try:
@@ -90,10 +90,14 @@ class StandaloneCluster:
         for i in range(self.workers):
             work = self.dir / f"worker-{i}"
             work.mkdir(exist_ok=True)
+            # Each worker on its own loopback address: Spark never runs a speculative copy on
+            # a host that already runs an attempt of the task, so one host would never speculate.
+            host = f"127.0.0.{i + 1}"
             self._workers.append(self._spawn(
-                f"worker-{i}", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                f"worker-{i}", "org.apache.spark.deploy.worker.Worker", "--host", host,
                 "--cores", str(self.cores), "--memory", self.memory,
-                "--webui-port", str(_free_port()), "--work-dir", str(work), self.url))
+                "--webui-port", str(_free_port()), "--work-dir", str(work), self.url,
+                host=host))
         deadline = time.monotonic() + timeout_s
         while self._alive_workers() < self.workers:
             dead = [p for p in [self._master, *self._workers] if p.poll() is not None]

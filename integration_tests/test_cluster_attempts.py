@@ -1,0 +1,67 @@
+"""Task retries and speculative attempts on a real Spark standalone cluster (a master and two
+workers started from the PySpark install), not ``local[2]``: the behaviour depends on separate
+executors.
+
+The exactly-once pipeline runs with ``spark.speculation`` on; one sink task attempt is made slow
+(a test-only delay at ``task_write``), so Spark launches a speculative copy on the other executor,
+and another attempt raises once, so Spark retries it. Afterwards: every expected output exactly
+once in ``read_committed`` output, no transaction of the sink left open (the losers' were aborted
+by the driver), group offsets at the last completed checkpoint, and the batch records show that
+a non-first attempt's transactions were the ones committed.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import uuid
+
+import pytest
+
+from barrier_source.faults import fault_env
+from integration_tests.pipeline_support import assert_exactly_once, produce_input, run_pipeline
+from kafka_harness.spark_cluster import StandaloneCluster
+
+RECORDS = 30_000
+KEYS = 211
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with StandaloneCluster(workers=2, cores=1, memory="1g",
+                           work_dir=str(tmp_path_factory.mktemp("spark-cluster"))) as c:
+        yield c
+
+
+def _non_first_winners(workdir: str) -> set:
+    """(batch, task) slots whose committed transaction came from an attempt other than 0."""
+    out = set()
+    for path in glob.glob(os.path.join(workdir, "storage", "sink", "batch-*.json")):
+        with open(path) as f:
+            for h in json.load(f)["handles"]:
+                attempt = int(h["transactional_id"].rsplit("-a", 1)[1].split("-")[0])
+                if attempt > 0:
+                    out.add((h["batch_id"], h["partition_id"]))
+    return out
+
+
+def test_retried_and_speculative_attempts_on_a_standalone_cluster(cluster, bootstrap,
+                                                                  kafka_admin, topic_factory,
+                                                                  tmp_path):
+    topic = produce_input(kafka_admin, bootstrap, RECORDS, KEYS)
+    output = topic_factory(2, prefix="eo_cluster")
+    workdir = str(tmp_path)
+    group, prefix = f"eo-cl-{uuid.uuid4().hex[:6]}", f"eo-cl-{uuid.uuid4().hex[:6]}"
+    crash_dir = os.path.join(workdir, "faults")
+    env = fault_env(crash_dir, fail_at="task_write:3", delay_at="task_write:7:12")
+    rc = run_pipeline(bootstrap, topic, output, workdir, group, prefix, env,
+                      max_offsets_per_trigger=3_000,
+                      extra_args=["--master", cluster.url, "--speculation"])
+    assert rc == 0, f"pipeline on the cluster failed (exit {rc}); see {workdir}/run.log"
+    assert os.path.exists(os.path.join(crash_dir, "failed-task_write")), "no task failed"
+    assert os.path.exists(os.path.join(crash_dir, "delayed-task_write")), "no task was slow"
+    # Only a retry or a speculative copy has an attempt number above 0: the failed task's
+    # retry and the slow task's speculative copy each won a slot.
+    assert len(_non_first_winners(workdir)) >= 2, _non_first_winners(workdir)
+    assert_exactly_once(bootstrap, topic, output, workdir, group, prefix, RECORDS)
