@@ -67,19 +67,34 @@ def as_keyed_function(fn, on_timer: Optional[Callable] = None) -> KeyedProcessFu
     return _CallableFunction(fn, on_timer)
 
 
+def _check_columns(got, columns, what: str) -> None:
+    unknown = [c for c in got if c not in columns]
+    missing = [c for c in columns if c not in got]
+    if unknown or missing:
+        raise ValueError(
+            f"user function returned {what} with unknown columns {unknown} and without "
+            f"columns {missing}; the output schema's columns are {list(columns)}. Return "
+            "exactly those columns (None for a null value); a misspelt name would otherwise "
+            "write nulls.")
+
+
 def rows_to_dicts(rows: Rows, columns) -> Iterable[dict]:
-    """Normalise a user function's return value into dicts over ``columns``."""
+    """Normalise a user function's return value into dicts over ``columns`` (executor).
+
+    Raises ``ValueError`` naming the unknown and the missing columns when a dict or DataFrame
+    does not have exactly the output schema's columns, and when a tuple has the wrong length.
+    """
     if rows is None:
         return []
     if isinstance(rows, pd.DataFrame):
-        missing = [c for c in columns if c not in rows.columns]
-        if missing:
-            raise ValueError(f"user function returned a DataFrame without columns {missing}")
+        _check_columns(list(rows.columns), columns, "a DataFrame")
         return rows[list(columns)].to_dict("records")
     out = []
     for row in rows:
         if isinstance(row, dict):
-            out.append({c: row.get(c) for c in columns})
+            if len(row) != len(columns) or any(c not in row for c in columns):
+                _check_columns(list(row), columns, f"a dict {sorted(row)}")
+            out.append({c: row[c] for c in columns})
         else:
             row = tuple(row)
             if len(row) != len(columns):

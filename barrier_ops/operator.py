@@ -116,9 +116,12 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
     user_columns = [f.name for f in _as_struct(output_schema).fields]
     missing = [c for c in REQUIRED_INPUT + (key_col,) if c not in df.columns]
     if missing:
-        raise InvalidOptionError(f"keyed_process input lacks columns {missing}; feed it a "
-                                 "barrier-kafka stream (use barrier_ops.passthrough helpers for "
-                                 "stateless steps so control rows and columns survive)")
+        raise InvalidOptionError(
+            f"keyed_process input lacks columns {missing}; it has {list(df.columns)}. "
+            + (f"key_col={key_col!r} must name one of those columns. " if key_col in missing
+               else "")
+            + "Feed it a barrier-kafka stream (use barrier_ops.passthrough helpers for "
+            "stateless steps so control rows and columns survive).")
     keyed = with_key_groups(df, key_col, max_parallelism)
 
     def run_key_group(key, pdfs, state):

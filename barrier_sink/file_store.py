@@ -109,10 +109,9 @@ class S3FileStore(FileStore):
         try:
             return fn()
         except (ClientError, BotoCoreError) as exc:
-            code = ((getattr(exc, "response", None) or {}).get("Error", {}).get("Code")
-                    or type(exc).__name__)
-            raise SinkError(f"S3 {what} of s3://{self.bucket}/{self._key(rel)} failed: {code}") \
-                from None
+            from state_backends.s3 import describe_s3_error
+
+            raise SinkError(describe_s3_error(what, self.bucket, self._key(rel), exc)) from None
 
     def put(self, rel: str, data: bytes) -> None:
         self._call("put", rel, lambda: self._client().put_object(
@@ -131,7 +130,10 @@ class S3FileStore(FileStore):
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
                 return False
-            raise SinkError(f"S3 head of s3://{self.bucket}/{self._key(rel)} failed") from None
+            from state_backends.s3 import describe_s3_error
+
+            raise SinkError(describe_s3_error("check", self.bucket, self._key(rel), exc)) \
+                from None
 
     def publish(self, staged: str, final: str) -> None:
         if self.exists(final):

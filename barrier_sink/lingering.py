@@ -17,6 +17,7 @@ from typing import Dict, List, Optional
 
 from barrier_sink.options import is_sink_transactional_id
 from barrier_sink.transaction import fence_and_abort
+from barrier_source.kafka_clients import kafka_client
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ def _admin(kafka_config: Dict[str, object]):
 
     from barrier_source.options import client_config
 
-    return KafkaAdminClient(**client_config(kafka_config, "admin"))
+    return kafka_client(KafkaAdminClient, client_config(kafka_config, "admin"), "sink")
 
 
 def list_lingering(kafka_config: Dict[str, object], prefix: str) -> List[LingeringTransaction]:

@@ -23,6 +23,9 @@ import logging
 from dataclasses import asdict, dataclass, field
 from typing import Dict, Iterable, List, Optional
 
+from barrier_source.exceptions import BrokerUnreachableError
+from barrier_source.kafka_clients import kafka_client
+
 logger = logging.getLogger(__name__)
 
 
@@ -79,7 +82,7 @@ def broker_max_transaction_timeout_ms(kafka_config: Dict[str, object]) -> Option
 
     admin = None
     try:
-        admin = KafkaAdminClient(**client_config(kafka_config, "admin"))
+        admin = kafka_client(KafkaAdminClient, client_config(kafka_config, "admin"), "sink")
         brokers = [str(b["broker_id"]) for b in admin.describe_cluster()["brokers"]]
         found = admin.describe_configs(
             [ConfigResource(ConfigResourceType.BROKER, b, configs=["transaction.max.timeout.ms"])
@@ -88,6 +91,8 @@ def broker_max_transaction_timeout_ms(kafka_config: Dict[str, object]) -> Option
                   for entry in found.get("broker", {}).values()
                   if "transaction.max.timeout.ms" in entry]
         return min(values) if values else None
+    except BrokerUnreachableError:
+        raise
     except Exception as exc:  # noqa: BLE001 - a missing permission must not stop the query
         logger.warning("could not read the brokers' transaction.max.timeout.ms (%s); the "
                        "transaction timeout is checked by the broker when tasks start",
@@ -122,7 +127,7 @@ class TransactionalWriter:
     def open(self) -> "TransactionalWriter":
         from kafka import KafkaProducer
 
-        self._producer = KafkaProducer(**self._conf)
+        self._producer = kafka_client(KafkaProducer, self._conf, "sink (executor)")
         self._producer.init_transactions()
         self._producer.begin_transaction()
         return self
@@ -174,7 +179,9 @@ def _resume(kafka_config: Dict[str, object], handle: TransactionHandle, timeout_
     from kafka import KafkaProducer
     from kafka.producer.transaction_manager import ProducerIdAndEpoch, TransactionState
 
-    producer = KafkaProducer(**producer_config(kafka_config, handle.transactional_id, timeout_ms))
+    producer = kafka_client(KafkaProducer,
+                            producer_config(kafka_config, handle.transactional_id, timeout_ms),
+                            "sink")
     tm = producer._transaction_manager
     with tm._lock:
         tm.set_producer_id_and_epoch(ProducerIdAndEpoch(handle.producer_id, handle.producer_epoch))
@@ -229,7 +236,8 @@ def fence_and_abort(kafka_config: Dict[str, object], transactional_id: str,
     epoch for it (the coordinator aborts the old epoch's transaction)."""
     from kafka import KafkaProducer
 
-    producer = KafkaProducer(**producer_config(kafka_config, transactional_id, timeout_ms))
+    producer = kafka_client(KafkaProducer,
+                            producer_config(kafka_config, transactional_id, timeout_ms), "sink")
     try:
         producer.init_transactions()
     finally:

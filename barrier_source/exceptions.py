@@ -16,3 +16,8 @@ class OffsetOutOfRangeError(BarrierKafkaError):
 
 class MissingTopicError(BarrierKafkaError):
     """A subscribed or assigned topic does not exist."""
+
+
+class BrokerUnreachableError(BarrierKafkaError):
+    """No Kafka broker answered at the bootstrap address; the message names the address, the
+    security protocol and the likely causes."""

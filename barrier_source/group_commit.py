@@ -123,7 +123,10 @@ def commit_group_offsets(kafka_options: Mapping[str, Any], group_id: str,
     own = admin is None
     if own:
         from kafka.admin import KafkaAdminClient
-        admin = KafkaAdminClient(**_kafka_python_config(kafka_options))
+        from barrier_source.kafka_clients import kafka_client
+
+        admin = kafka_client(KafkaAdminClient, _kafka_python_config(kafka_options),
+                             "consumer-group commit")
     try:
         current = _retry(lambda: admin.list_group_offsets({group_id: list(wanted)}),
                          f"Reading offsets of consumer group '{group_id}'").get(group_id, {})

@@ -21,6 +21,7 @@ import numpy as np
 
 from barrier_source.exceptions import BarrierKafkaError, OffsetOutOfRangeError
 from barrier_source import record_decode as rd
+from barrier_source.kafka_clients import kafka_client
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ class FetchClient:
         cfg.update(enable_auto_commit=False, group_id=None)
         self.isolation_level = 1 if str(cfg.get("isolation_level", "")).lower() == \
             "read_committed" else 0
-        self._consumer = KafkaConsumer(**cfg)
+        self._consumer = kafka_client(KafkaConsumer, cfg, "source (executor)")
         self._manager = self._consumer._client._manager
 
     def close(self) -> None:

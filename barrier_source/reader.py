@@ -108,7 +108,11 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
     def _admin_client(self):
         if self._admin is None:
             from kafka.admin import KafkaAdminClient
-            self._admin = KafkaAdminClient(**client_config(self.opts.kafka_config, "admin"))
+
+            from barrier_source.kafka_clients import kafka_client
+
+            self._admin = kafka_client(KafkaAdminClient,
+                                       client_config(self.opts.kafka_config, "admin"), "source")
         return self._admin
 
     def _retry(self, call, what: str):

@@ -100,3 +100,19 @@ def test_at_least_once_snapshots_contain_the_cut(script_spark, tmp_path):
         assert all(snap[k] >= v for k, v in ref.items()), n
     acks = [json.loads(a) for a in out[out.kind == "ack"].ack]
     assert len(acks) == 3 * MAXP and all(a["metrics"]["held_back_records"] == 0 for a in acks)
+
+
+def test_missing_key_column_lists_the_columns_the_input_has(spark, tmp_path):
+    """Issue 14: a wrong key_col must name the input's columns, before anything runs."""
+    from barrier_ops.examples.running_count import OUTPUT_SCHEMA, RunningCount
+    from barrier_ops.operator import keyed_process
+    from barrier_ops.exceptions import InvalidOptionError
+    from barrier_source.schema import source_schema
+
+    df = spark.createDataFrame([], source_schema())
+    with pytest.raises(InvalidOptionError) as err:
+        keyed_process(df, "user_id", RunningCount(), OUTPUT_SCHEMA, operator_id="op",
+                      state_backend=str(tmp_path / "s"))
+    message = str(err.value)
+    assert "['user_id']" in message and "'key'" in message and "'value'" in message
+    assert "key_col='user_id'" in message

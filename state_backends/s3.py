@@ -115,28 +115,7 @@ class S3StateBackend(StateBackend):
 
     def _error(self, action: str, key: str, exc: Exception) -> StateBackendError:
         """A ``StateBackendError`` naming bucket, key and error code only (no secrets)."""
-        _boto, botocore = _boto3()
-        where = f"s3://{self.bucket}/{key}"
-        if isinstance(exc, botocore.exceptions.ClientError):
-            err = exc.response.get("Error", {})
-            code = err.get("Code", "?")
-            if code == "NoSuchBucket":
-                return StateBackendError(f"could not {action} {where}: bucket {self.bucket!r} "
-                                         "does not exist")
-            if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
-                return StateBackendError(f"could not {action} {where}: access denied ({code}); "
-                                         "check the S3 credentials and bucket policy")
-            return StateBackendError(f"could not {action} {where}: S3 error {code}: "
-                                     f"{err.get('Message', '')}".rstrip(": "))
-        if isinstance(exc, (botocore.exceptions.EndpointConnectionError,
-                            botocore.exceptions.ConnectTimeoutError,
-                            botocore.exceptions.ReadTimeoutError)):
-            return StateBackendError(f"could not {action} {where}: S3 endpoint unreachable "
-                                     f"({type(exc).__name__}); check s3.endpoint and the network")
-        if isinstance(exc, botocore.exceptions.NoCredentialsError):
-            return StateBackendError(f"could not {action} {where}: no S3 credentials found "
-                                     "(set s3.access.key/s3.secret.key or the AWS environment)")
-        return StateBackendError(f"could not {action} {where}: {type(exc).__name__}")
+        return StateBackendError(describe_s3_error(action, self.bucket, key, exc))
 
     def _call(self, action: str, key: str, fn, **kwargs):
         _boto, botocore = _boto3()
@@ -216,3 +195,33 @@ class S3StateBackend(StateBackend):
 
     def __repr__(self) -> str:
         return f"S3StateBackend({self.describe()!r}, {self.options!r})"
+
+
+_ACCESS_DENIED = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403",
+                  "Forbidden", "ExpiredToken", "InvalidToken")
+
+
+def describe_s3_error(action: str, bucket: str, key: str, exc: Exception) -> str:
+    """What went wrong with an S3 call, for an error message: the bucket and key, the error
+    code and what to check; never credentials (state backend and file sink, any process)."""
+    _boto, botocore = _boto3()
+    where = f"s3://{bucket}/{key}"
+    if isinstance(exc, botocore.exceptions.ClientError):
+        err = (getattr(exc, "response", None) or {}).get("Error", {})
+        code = str(err.get("Code", "?"))
+        if code == "NoSuchBucket":
+            return f"could not {action} {where}: bucket {bucket!r} does not exist"
+        if code in _ACCESS_DENIED:
+            return (f"could not {action} {where}: access denied ({code}): the S3 credentials "
+                    f"are wrong or lack permission on bucket {bucket!r} (check s3.access.key / "
+                    "s3.secret.key or the instance credentials, and the bucket policy)")
+        return f"could not {action} {where}: S3 error {code}: {err.get('Message', '')}".rstrip(": ")
+    if isinstance(exc, (botocore.exceptions.EndpointConnectionError,
+                        botocore.exceptions.ConnectTimeoutError,
+                        botocore.exceptions.ReadTimeoutError)):
+        return (f"could not {action} {where}: S3 endpoint unreachable ({type(exc).__name__}); "
+                "check s3.endpoint and the network")
+    if isinstance(exc, botocore.exceptions.NoCredentialsError):
+        return (f"could not {action} {where}: no S3 credentials found (set "
+                "s3.access.key/s3.secret.key or the AWS environment)")
+    return f"could not {action} {where}: {type(exc).__name__}"

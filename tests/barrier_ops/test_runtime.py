@@ -146,3 +146,21 @@ def test_keyed_state_timers_and_list_map_state(tmp_path):
     # state was cleared: total fired counts add up to the records seen before the last timer
     assert fired["count"].sum() <= 20 and len(fired) >= 1
     assert Counter(fired.word.map(lambda k: k.decode() if isinstance(k, bytes) else k))
+
+
+def test_user_rows_with_a_misspelt_column_fail_naming_both():
+    """Issue 14: a dict with 'val' for 'value' used to commit nulls silently."""
+    import pandas as pd
+    import pytest
+
+    from barrier_ops.function import rows_to_dicts
+
+    columns = ["key", "value"]
+    assert rows_to_dicts([{"key": "a", "value": "1"}], columns) == [{"key": "a", "value": "1"}]
+    with pytest.raises(ValueError, match=r"unknown columns \['val'\] and without columns "
+                                         r"\['value'\]"):
+        rows_to_dicts([{"key": "a", "val": "1"}], columns)
+    with pytest.raises(ValueError, match=r"without columns \['value'\]"):
+        rows_to_dicts([{"key": "a"}], columns)
+    with pytest.raises(ValueError, match=r"unknown columns \['extra'\]"):
+        rows_to_dicts(pd.DataFrame({"key": ["a"], "value": ["1"], "extra": [0]}), columns)

@@ -96,3 +96,29 @@ def test_s3_objects_are_plain_keys_under_the_prefix(s3_server, s3_bucket, monkey
     assert backend.list("chk-2") == sorted(many)
     backend.delete_prefix("chk-2")
     assert backend.list("chk-2") == [] and len(backend.list("")) == 2
+
+
+def test_s3_403_names_the_bucket_and_the_credentials():
+    """Issue 14: a HEAD answered 403 (no error body, so the code is '403') gave a generic
+    'S3 error 403'. Both the state backend and the file sink now say what to check."""
+    from botocore.exceptions import ClientError
+
+    from barrier_sink.exceptions import SinkError
+    from barrier_sink.file_store import S3FileStore
+    from state_backends.s3 import describe_s3_error
+
+    forbidden = ClientError({"Error": {"Code": "403", "Message": "Forbidden"}}, "HeadObject")
+    text = describe_s3_error("check", "my-bucket", "chk-1/_metadata", forbidden)
+    assert "access denied (403)" in text and "'my-bucket'" in text and "credentials" in text
+
+    class Denying:
+        def head_object(self, **kw):
+            raise forbidden
+
+    class DenyingStore(S3FileStore):
+        def _client(self):
+            return Denying()
+
+    store = DenyingStore("my-bucket", "out")
+    with pytest.raises(SinkError, match="access denied.*bucket 'my-bucket'"):
+        store.exists("part-0.parquet")
