@@ -187,3 +187,21 @@ def test_sweep_aborts_unrecorded_attempts_and_keeps_recorded_ones(env):
     committer().on_batch_committed(1, batch_sealing(txns, clock, 1, 1))
     assert [n for n, s in txns.state.items() if s == "committed"] == [
         "b0-p0-a0-e1", "b0-p1-a0-e1", "b1-p0-a0-e1", "b1-p1-a0-e1"]
+
+
+def test_many_transactions_commit_concurrently_and_one_failure_blocks_no_other(env):
+    """A checkpoint with 24 transactions: the committer sends them concurrently; one that
+    fails is reported after the others were committed and recorded, and the next start
+    commits it."""
+    committer, txns, clock = env
+    tasks = range(24)
+    messages = [message(0, t, [handle(txns, 0, t, 1)], 1, clock) for t in tasks]
+    for m in messages:
+        m.barriers[0]["channels"] = [f"t:{t}" for t in tasks]
+    txns.fail_commit_of.add("b0-p7-a0-e1")
+    with pytest.raises(CommitTimeout):
+        committer().on_batch_committed(0, messages)
+    assert sorted(n for n, s in txns.state.items() if s != "committed") == ["b0-p7-a0-e1"]
+    assert len(committer().load_batch(0)["committed"]) == 23
+    committer().recover()
+    assert set(txns.state.values()) == {"committed"}
