@@ -48,6 +48,25 @@ def _produce(bootstrap, topic, keys, start, count):
     producer.close()
 
 
+def _counting_query(spark, bootstrap, topic, out, prefix, storage, checkpoint_dir,
+                    source_options, sink_options, available_now=False):
+    """barrier-kafka source -> keyed running count -> 2PC Kafka sink, started."""
+    src = (spark.readStream.format("barrier-kafka")
+           .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+           .option("startingOffsets", "earliest").option("checkpoint.storage", storage)
+           .options(**source_options).load())
+    counted = keyed_process(src, "key", RunningCount(), OUTPUT_SCHEMA,
+                            operator_id="count-" + prefix, state_backend=storage,
+                            max_parallelism=4)
+    writer = (counted.writeStream.format("barrier-kafka")
+              .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
+              .option("transactionalIdPrefix", prefix).option("checkpoint.storage", storage)
+              .option("checkpointLocation", checkpoint_dir).options(**sink_options))
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    return writer.start()
+
+
 def test_idle_source_seals_open_transactions_before_they_time_out(spark, short_timeout_broker,
                                                                    tmp_path):
     bootstrap = short_timeout_broker.bootstrap
@@ -58,22 +77,14 @@ def test_idle_source_seals_open_transactions_before_they_time_out(spark, short_t
     admin.close()
     prefix, storage = f"idle-{suffix}", str(tmp_path / "storage")
     keys = 13
-    src = (spark.readStream.format("barrier-kafka")
-           .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
-           .option("startingOffsets", "earliest")
-           .option("execution.checkpointing.interval-batches", "3")
-           .option("execution.checkpointing.idle-seal-after", "3s")
-           .option("checkpoint.storage", storage).load())
-    counted = keyed_process(src, "key", RunningCount(), OUTPUT_SCHEMA, operator_id="idle-count",
-                            state_backend=storage, max_parallelism=4)
-    query = (counted.writeStream.format("barrier-kafka")
-             .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
-             .option("transactionalIdPrefix", prefix).option("checkpoint.storage", storage)
-             .option("kafka.transaction.timeout.ms", str(TXN_TIMEOUT_MS))
-             .option("execution.checkpointing.timeout", "12000")
-             .option("execution.checkpointing.tolerable-failed-checkpoints", "3")
-             .option("restart.budget.ms", "3000")
-             .option("checkpointLocation", str(tmp_path / "chk")).start())
+    query = _counting_query(
+        spark, bootstrap, topic, out, prefix, storage, str(tmp_path / "chk"),
+        {"execution.checkpointing.interval-batches": "3",
+         "execution.checkpointing.idle-seal-after": "3s"},
+        {"kafka.transaction.timeout.ms": str(TXN_TIMEOUT_MS),
+         "execution.checkpointing.timeout": "12000",
+         "execution.checkpointing.tolerable-failed-checkpoints": "3",
+         "restart.budget.ms": "3000"})
     try:
         _produce(bootstrap, topic, keys, 0, 300)
         query.processAllAvailable()  # batch 0: checkpoint 1 at its end
@@ -117,19 +128,11 @@ def test_available_now_run_with_a_time_interval_ends_with_everything_committed(
     topic, out = topic_factory(2, prefix="an_in"), topic_factory(2, prefix="an_out")
     prefix, storage, keys = "an-" + uuid.uuid4().hex[:6], str(tmp_path / "storage"), 7
     _produce(bootstrap, topic, keys, 0, 700)
-    src = (spark.readStream.format("barrier-kafka")
-           .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
-           .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "100")
-           .option("execution.checkpointing.interval", "2m")  # only the first batch triggers
-           .option("checkpoint.storage", storage).load())
-    counted = keyed_process(src, "key", RunningCount(), OUTPUT_SCHEMA, operator_id="an-count",
-                            state_backend=storage, max_parallelism=4)
-    query = (counted.writeStream.format("barrier-kafka")
-             .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
-             .option("transactionalIdPrefix", prefix).option("checkpoint.storage", storage)
-             .option("restart.budget.ms", "60000")
-             .option("checkpointLocation", str(tmp_path / "chk"))
-             .trigger(availableNow=True).start())
+    query = _counting_query(
+        spark, bootstrap, topic, out, prefix, storage, str(tmp_path / "chk"),
+        {"maxOffsetsPerTrigger": "100",
+         "execution.checkpointing.interval": "2m"},  # only the first batch triggers
+        {"restart.budget.ms": "60000"}, available_now=True)
     assert query.awaitTermination(300), "the AvailableNow run did not stop"
     assert query.exception() is None
     assert list_lingering({"bootstrap_servers": bootstrap}, prefix) == []
