@@ -30,8 +30,7 @@ def run_pipeline(args, bootstrap, topics, workdir, crash_at=None) -> tuple:
     """Run ``barrier_demo.pipeline`` as a child process group; returns (exit code, seconds)."""
     from barrier_source import faults
 
-    env = {k: v for k, v in os.environ.items()
-           if k not in (faults.SWITCH, faults.CRASH_AT, faults.FAIL_AT)}
+    env = faults.without_faults(os.environ)
     if crash_at:  # the demo's deliberate kill: fault injection switched on for this child only
         env.update(faults.fault_env(os.path.join(workdir, "crash"), crash_at=crash_at))
     cmd = [sys.executable, "-m", "barrier_demo.pipeline", "--bootstrap", bootstrap,

@@ -319,5 +319,5 @@ class SinkCommitter(ABC):
         # the newest recorded one (the running batch is never older); the commit of the
         # running batch sweeps the rest (step 5).
         recorded = self.recorded_batches()
-        if len(recorded) > 0 and recorded[-1] > 0:
+        if recorded and recorded[-1] > 0:
             self.abort_unrecorded(recorded[-1] - 1)

@@ -14,6 +14,7 @@ from typing import Dict, List, Optional
 from urllib.parse import urlparse
 
 from barrier_sink.exceptions import InvalidOptionError, SinkError
+from state_backends.s3 import describe_s3_error
 
 
 class FileStore:
@@ -109,8 +110,6 @@ class S3FileStore(FileStore):
         try:
             return fn()
         except (ClientError, BotoCoreError) as exc:
-            from state_backends.s3 import describe_s3_error
-
             raise SinkError(describe_s3_error(what, self.bucket, self._key(rel), exc)) from None
 
     def put(self, rel: str, data: bytes) -> None:
@@ -130,8 +129,6 @@ class S3FileStore(FileStore):
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
                 return False
-            from state_backends.s3 import describe_s3_error
-
             raise SinkError(describe_s3_error("check", self.bucket, self._key(rel), exc)) \
                 from None
 

@@ -12,11 +12,8 @@ sink-side interval that contradicts the source's.
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import asdict, dataclass
 from typing import Optional
-
-logger = logging.getLogger(__name__)
 
 SETTINGS_FILE = "_checkpointing.json"
 

@@ -101,32 +101,32 @@ def _mark(path: str, text: str) -> None:
         os.fsync(f.fileno())
 
 
+def _fires(variable: str, point: FaultPoint, tag: str) -> Optional[str]:
+    """The crash dir when ``variable`` arms ``point`` and this is its armed arrival."""
+    armed = _armed(variable, point)
+    if armed is None:
+        return None
+    wanted, crash_dir = armed
+    return crash_dir if _nth_arrival(crash_dir, tag, wanted) else None
+
+
 def fault_point(point: FaultPoint) -> None:
     """The hook placed at each protocol step: a no-op unless the switch is on and ``point``
     is armed (see the module docstring)."""
     if os.environ.get(SWITCH) != "1":
         return
-    crash = _armed(CRASH_AT, point)
-    if crash is not None:
-        wanted, crash_dir = crash
-        if not os.path.exists(os.path.join(crash_dir, "crashed")) and \
-                _nth_arrival(crash_dir, point.value, wanted):
-            _mark(os.path.join(crash_dir, "crashed"), point.value)
-            _kill_pipeline()
-    delay = _armed(DELAY_AT, point)
-    if delay is not None:
-        wanted, crash_dir = delay
-        if _nth_arrival(crash_dir, f"delay-{point.value}", wanted):
-            _mark(os.path.join(crash_dir, f"delayed-{point.value}"), point.value)
-            time.sleep(float(os.environ[DELAY_AT].split(":")[2]))
-    fail = _armed(FAIL_AT, point)
-    if fail is not None:
-        wanted, crash_dir = fail
-        marker = os.path.join(crash_dir, f"failed-{point.value}")
-        if not os.path.exists(marker) and _nth_arrival(crash_dir, f"fail-{point.value}",
-                                                       wanted):
-            _mark(marker, point.value)
-            raise InjectedFailure(f"injected failure at {point.value}")
+    crash_dir = os.environ.get(CRASH_DIR, "")
+    if not os.path.exists(os.path.join(crash_dir, "crashed")) and \
+            _fires(CRASH_AT, point, point.value):
+        _mark(os.path.join(crash_dir, "crashed"), point.value)
+        _kill_pipeline()
+    if _fires(DELAY_AT, point, f"delay-{point.value}"):
+        _mark(os.path.join(crash_dir, f"delayed-{point.value}"), point.value)
+        time.sleep(float(os.environ[DELAY_AT].split(":")[2]))
+    marker = os.path.join(crash_dir, f"failed-{point.value}")
+    if not os.path.exists(marker) and _fires(FAIL_AT, point, f"fail-{point.value}"):
+        _mark(marker, point.value)
+        raise InjectedFailure(f"injected failure at {point.value}")
 
 
 def _kill_pipeline() -> None:
@@ -147,6 +147,12 @@ def record_pipeline_group() -> None:
     whole process group (the JVM and its Python workers inherit the variable)."""
     if enabled() and os.environ.get(CRASH_AT):
         os.environ[CRASH_PGID] = str(os.getpgid(0))
+
+
+def without_faults(environ) -> dict:
+    """A copy of ``environ`` with no fault armed (a launcher arms what it wants on top)."""
+    return {k: v for k, v in environ.items()
+            if k not in (SWITCH, CRASH_AT, FAIL_AT, DELAY_AT, CRASH_PGID)}
 
 
 def fault_env(crash_dir: str, crash_at: Optional[str] = None,

@@ -78,7 +78,7 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
                                           self.opts.checkpoint_min_pause_ms,
                                           self.opts.max_concurrent_checkpoints)
         self._admin = None
-        self._progress_backend = None  # checkpoint.storage, opened on first use (driver)
+        self._storage = None  # checkpoint.storage, opened on first use (driver)
         self._committed_id = 0
         self._last_batch_ms = _now_ms()
         self._available_now: Optional[PartitionOffsets] = None
@@ -90,18 +90,26 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         """Publish the trigger settings in checkpoint.storage for the sink (driver, at start;
         see :mod:`barrier_source.checkpoint_settings`)."""
         from barrier_source.checkpoint_settings import CheckpointSettings, record_settings
-        from state_backends.registry import backend_from_uri
 
         o = self.opts
-        record_settings(backend_from_uri(o.checkpoint_storage, dict(o.storage_options)),
+        record_settings(self._storage_backend(),
                         CheckpointSettings(o.checkpoint_interval_ms, o.checkpoint_interval_batches,
                                            o.idle_seal_ms, o.checkpoint_min_pause_ms,
                                            o.max_concurrent_checkpoints))
 
+    def _storage_backend(self):
+        """The state backend of ``checkpoint.storage``, opened once (driver)."""
+        if self._storage is None:
+            from state_backends.registry import backend_from_uri
+
+            self._storage = backend_from_uri(self.opts.checkpoint_storage,
+                                             dict(self.opts.storage_options))
+        return self._storage
+
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_admin"] = None
-        state["_progress_backend"] = None
+        state["_storage"] = None
         return state
 
     # ------------------------------------------------------------------ Kafka look-ups (driver)
@@ -369,33 +377,29 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
                     and now - self._last_batch_ms < self.opts.max_trigger_delay_ms):
                 return start
         idle = count_rows(starts, ends) == 0 and not self._owes_emittable(prev, ends)
-        if idle and not self._idle_seal_due(prev, now, starts):
+        if idle and not self._idle_seal_due(prev, now):
             return start  # nothing to read: Spark runs no batch for an unchanged offset
         completed_id, aborted = self._checkpoint_progress(prev)
         decision = self._trigger.decide(
             TriggerState(prev.next_checkpoint_id, prev.last_trigger_ms,
                          prev.batches_since_trigger), now, completed_id, aborted, due=idle)
+        placement = self.opts.barrier_placement
         if idle:
             if decision is not TriggerDecision.TRIGGER:
                 return start  # a checkpoint is still pending: seal once it is done
             logger.info("barrier-kafka: idle with records after the last barrier: checkpoint "
                         "%d sealed by a barrier-only batch", prev.next_checkpoint_id)
-            planned = plan_end_offset(prev, starts, ends, new_parts, decision, now,
-                                      PLACEMENT_END)
-            self._last_batch_ms = now
-            return planned.to_json()
-        if decision is not TriggerDecision.TRIGGER and decision is not TriggerDecision.DISABLED:
+            placement = PLACEMENT_END  # nothing to read: the barrier goes at the current end
+        elif decision is not TriggerDecision.TRIGGER and decision is not TriggerDecision.DISABLED:
             logger.debug("barrier-kafka: no checkpoint in this batch: %s", decision.value)
         cut = None
-        if decision is TriggerDecision.TRIGGER and \
-                self.opts.barrier_placement == PLACEMENT_TIMESTAMP:
+        if decision is TriggerDecision.TRIGGER and placement == PLACEMENT_TIMESTAMP:
             cut = self._timestamp_cut(parts, now, latest)
-        planned = plan_end_offset(prev, starts, ends, new_parts, decision, now,
-                                  self.opts.barrier_placement, cut)
+        planned = plan_end_offset(prev, starts, ends, new_parts, decision, now, placement, cut)
         self._last_batch_ms = now
         return planned.to_json()
 
-    def _idle_seal_due(self, prev: SourceOffset, now_ms: int, starts) -> bool:
+    def _idle_seal_due(self, prev: SourceOffset, now_ms: int) -> bool:
         """Records after the newest barrier wait in pre-committed transactions while the source
         is idle: seal them with a barrier-only batch once ``idle-seal-after`` passed (or at the
         end of an AvailableNow run), so no transaction outlives its timeout (driver)."""
@@ -461,12 +465,8 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         expired or declined checkpoint frees its max-concurrent slot."""
         if self.opts.checkpoint_storage:
             from barrier_source.coordinator.durable import checkpoint_progress
-            from state_backends.registry import backend_from_uri
 
-            if self._progress_backend is None:
-                self._progress_backend = backend_from_uri(self.opts.checkpoint_storage,
-                                                          dict(self.opts.storage_options))
-            done, aborted = checkpoint_progress(self._progress_backend)
+            done, aborted = checkpoint_progress(self._storage_backend())
             return max(done, prev.restored_id), aborted
         return max(prev.sealed_id, prev.restored_id), frozenset()
 

@@ -37,8 +37,7 @@ def start_pipeline_process(bootstrap, input_topic, output, workdir, group, prefi
                            env_extra=None, max_offsets_per_trigger=40_000, output_path=None,
                            checkpoint_location=None, extra_args=()):
     """The pipeline as a child process in its own session (``barrier_demo.pipeline``)."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in (faults.SWITCH, faults.CRASH_AT, faults.FAIL_AT)}
+    env = faults.without_faults(os.environ)
     env.update(env_extra or {})
     cmd = [sys.executable, "-m", "barrier_demo.pipeline", "--bootstrap", bootstrap,
            "--input", input_topic, "--output", output, "--workdir", workdir, "--group", group,

@@ -34,7 +34,7 @@ def build_spark(app_name: str = "barrier-kafka-tests", shuffle_partitions: int =
                .config("spark.sql.streaming.stopTimeout", "60s")
                .config("spark.python.worker.reuse", "true")
                .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
-    settings = dict(cluster_conf(master)) if master.startswith("spark://") else {}
+    settings = cluster_conf(master) if master.startswith("spark://") else {}
     settings.update(conf)
     for k, v in settings.items():
         builder = builder.config(k, v)
