@@ -6,7 +6,9 @@
 * :func:`reference_counts` - keyed count over exactly the records before each checkpoint's cut.
 * ``barrier-ops-script`` - a streaming data source replaying a script file batch by batch. Option
   ``path`` (JSON written by :func:`write_script`); optional ``release_path``: a file holding how
-  many batches may be served so far (tests gate progress with it; absent = all).
+  many batches may be served so far (tests gate progress with it; absent = all); optional
+  ``checkpoint.storage``: records the script's checkpoint settings there at start, as the
+  barrier-kafka source does, so a 2PC sink on that storage accepts its barriers.
 """
 
 from __future__ import annotations
@@ -105,6 +107,14 @@ def write_script(script: dict, path: str) -> str:
 
 
 # ---------------------------------------------------------------------- streaming source
+def _record_script_settings(storage: str) -> None:
+    """Scripted barriers: no time interval, no idle seal, one checkpoint at a time (driver)."""
+    from barrier_source.checkpoint_settings import CheckpointSettings, record_settings
+    from state_backends.registry import backend_from_uri
+
+    record_settings(backend_from_uri(storage), CheckpointSettings(0, 1, 0, 0, 1))
+
+
 class _BatchPartition(InputPartition):
     def __init__(self, batch: int) -> None:
         self.batch = batch
@@ -116,6 +126,9 @@ class ScriptReader(DataSourceStreamReader):
     def __init__(self, options) -> None:
         self.path = options["path"]
         self.release_path = options.get("release_path")
+        storage = options.get("checkpoint.storage")
+        if storage:
+            _record_script_settings(storage)
 
     def _batches(self) -> List[List[dict]]:
         with open(self.path) as f:

@@ -16,9 +16,13 @@ class TransactionCommitError(SinkError):
     """
 
 
+class CheckpointStorageMismatchError(InvalidOptionError):
+    """The barrier-kafka source upstream does not use the sink's ``checkpoint.storage``."""
+
+
 class TransactionTimeoutTooShortError(InvalidOptionError):
     """``transaction.timeout.ms`` cannot cover checkpoint interval + timeout + restart budget."""
 
 
-__all__ = ["SinkError", "TransactionCommitError", "TransactionTimeoutTooShortError",
+__all__ = ["SinkError", "CheckpointStorageMismatchError", "TransactionCommitError", "TransactionTimeoutTooShortError",
            "InvalidOptionError"]

@@ -161,10 +161,9 @@ class KafkaTwoPhaseCommitWriter(TwoPhaseCommitWriter):
         if settings is None:
             logger.warning(
                 "barrier-kafka sink: no barrier-kafka source records its checkpoint settings in "
-                "%s. If this query reads with the barrier-kafka source, give the source the same "
-                "'checkpoint.storage' as the sink: without it the source commits consumer-group "
-                "offsets before checkpoints complete, and the transaction-timeout guard cannot "
-                "see the checkpoint interval.", self.opts.checkpoint.storage_uri)
+                "%s; the first batch carrying barriers will fail until the source is given "
+                "this 'checkpoint.storage' (barrier_sink.source_link).",
+                self.opts.checkpoint.storage_uri)
         else:
             bound = self.opts.check_against_source(settings)
         self.opts.check_transaction_timeout(broker_max_transaction_timeout_ms(self.opts.kafka),

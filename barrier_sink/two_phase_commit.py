@@ -27,6 +27,7 @@ from typing import Any, Dict, Iterator, List, Optional
 from pyspark.sql.datasource import DataSourceStreamWriter
 
 from barrier_sink.messages import SinkCommitMessage
+from barrier_sink.source_link import require_source_settings
 from barrier_source.faults import FaultPoint, fault_point
 
 logger = logging.getLogger(__name__)
@@ -128,7 +129,11 @@ class TwoPhaseCommitWriter(DataSourceStreamWriter, ABC):
 
     # ------------------------------------------------------------------ driver
     def commit(self, messages: List[SinkCommitMessage], batchId: int) -> None:
-        self.committer().on_batch_committed(batchId, [m for m in messages if m is not None])
+        messages = [m for m in messages if m is not None]
+        committer = self.committer()
+        if any(m.barriers for m in messages):
+            require_source_settings(committer.backend, self.storage_uri())
+        committer.on_batch_committed(batchId, messages)
 
     def abort(self, messages: List[SinkCommitMessage], batchId: int) -> None:
         self.committer().on_batch_aborted(batchId, [m for m in messages if m is not None])

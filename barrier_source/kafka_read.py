@@ -138,6 +138,8 @@ def fetch_range(config: Mapping[str, Any], topic: str, partition: int, start: in
     OffsetOutOfRangeError
         Part of the range is gone from Kafka and ``fail_on_data_loss`` is true.
     """
+    if start >= until:
+        return  # nothing to read (a barrier-only range, or a vanished partition's barrier)
     client = borrow_client(config)
     clean = False
     try:

@@ -95,7 +95,9 @@ SOURCE_OPTIONS = [
                "checkpoints: the same state-backend path as the sink's. The source then commits "
                "group offsets from '<checkpoint.storage>/_completed_offsets.json' and counts "
                "concurrent checkpoints against it. Unset: source-only mode, a checkpoint is "
-               "complete once Spark durably finished the batch carrying its last barrier."),
+               "complete once Spark durably finished the batch carrying its last barrier; the "
+               "2PC sinks refuse barriers from a source in that mode or on another storage "
+               "(CheckpointStorageMismatchError)."),
     OptionSpec("execution.savepoint.path", None, "Start a new query from a completed checkpoint "
                "or savepoint in checkpoint.storage (Flink's option of that name): 'chk-<n>' (or "
                "n) or 'savepoints/<name>'. Its source offsets are the starting offsets (a "

@@ -47,7 +47,9 @@ def plan_end_offset(prev: SourceOffset, starts: PartitionOffsets, ends: Partitio
     """The end offset of a batch reading ``[starts, ends)``.
 
     1. Barriers the previous offset still owed are emitted on every channel whose position
-       ``<= ends``; channels that disappeared stop owing (logged).
+       ``<= ends``. A channel that disappeared (deleted topic, ``failOnDataLoss=false``) gets
+       its barrier now, without records: Flink's EndOfPartitionEvent, so aligners that already
+       hold the other channels' barriers complete instead of waiting for one that cannot come.
     2. On ``TRIGGER`` checkpoint ``prev.next_checkpoint_id`` is placed on every current channel:
        at ``ends`` (placement 'end') or at ``cut_positions`` (placement 'timestamp', computed by
        the caller), emitted now where ``<= ends`` and owed otherwise.
@@ -60,12 +62,12 @@ def plan_end_offset(prev: SourceOffset, starts: PartitionOffsets, ends: Partitio
     for b in prev.barriers:
         if not b.owed:
             continue
-        gone = [c for c in b.owed if c not in live]
+        gone = tuple(c for c in b.owed if c not in live)
         if gone:
-            logger.warning("checkpoint %d: channels %s disappeared before their barrier",
-                           b.checkpoint_id, gone)
+            logger.warning("checkpoint %d: channels %s disappeared before their barrier; "
+                           "emitting it there now (end of partition)", b.checkpoint_id, gone)
         owed = [c for c in b.owed if c in live]
-        emit = tuple(c for c in owed if b.positions[c] <= offset_of(ends, c))
+        emit = gone + tuple(c for c in owed if b.positions[c] <= offset_of(ends, c))
         still = tuple(c for c in owed if c not in emit)
         carried = replace(b, emit=emit, owed=still)
         barriers.append(carried)

@@ -503,13 +503,16 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         s, e = SourceOffset.from_json(start), SourceOffset.from_json(end)
         out: List[InputPartition] = []
-        for c in sorted_channels(e.offsets):
+        ended = {c for b in e.barriers for c in b.emit if offset_of(e.offsets, c) is None}
+        for c in sorted_channels(e.offsets) + sorted(ended):
             t, p = split_channel(c)
             until = offset_of(e.offsets, c)
+            if until is None:  # vanished: only its end-of-partition barrier, nothing to read
+                until = max(b.positions[c] for b in e.barriers if c in b.emit)
             begin = offset_of(s.offsets, c)
             if begin is None:
                 begin = offset_of(e.new_partitions, c)
-            if begin is None:
+            if begin is None or c in ended:
                 begin = until
             barriers = tuple((b.checkpoint_id, b.timestamp_ms, b.positions[c], b.channels)
                              for b in e.barriers if c in b.emit)

@@ -4,7 +4,7 @@ read_committed readers of a whole topic."""
 from __future__ import annotations
 
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from kafka import KafkaConsumer, TopicPartition
 
@@ -48,9 +48,20 @@ def end_offsets(bootstrap: str, topic: str) -> Dict[int, int]:
     return ends
 
 
+def script_stream(spark, script_path: str, chk: str, storage: Optional[str] = None):
+    """A ``barrier-ops-script`` stream recording its settings in ``storage`` (default: the sinks'
+    default storage of checkpoint location ``chk``)."""
+    from barrier_sink.options import normalize_location
+
+    storage = storage or normalize_location(chk) + "/barrier-checkpoints"
+    return (spark.readStream.format("barrier-ops-script").option("path", script_path)
+            .option("checkpoint.storage", storage).load())
+
+
 def run_script_to_sink(spark, script_path: str, sink_format: str, chk: str, **options) -> None:
-    """Stream a ``barrier-ops-script`` file into ``sink_format`` until all of it is processed."""
-    writer = (spark.readStream.format("barrier-ops-script").option("path", script_path).load()
+    """Stream a ``barrier-ops-script`` file into ``sink_format`` until all of it is processed
+    (the script source shares the sink's checkpoint storage, as the barrier-kafka source must)."""
+    writer = (script_stream(spark, script_path, chk, options.get("checkpoint.storage"))
               .writeStream.format(sink_format).option("checkpointLocation", chk))
     for k, v in options.items():
         writer = writer.option(k, v)

@@ -80,3 +80,37 @@ def test_cut_is_clamped_to_the_batch_start_and_new_channels_join_next_checkpoint
 
 def test_plain_spark_kafka_offsets_are_accepted_as_start():
     assert SourceOffset.from_json({"t": {"0": 3}}).offsets == {"t": {0: 3}}
+
+
+def test_a_vanished_channel_gets_its_owed_barrier_as_end_of_partition():
+    """Issue 12, 6c: a partition deleted while it still owed checkpoint 1's barrier (timestamp
+    placement held back by maxOffsetsPerTrigger). The other channel's aligners already hold
+    barrier 1: it must still come on the vanished channel, without records, so alignment and
+    the checkpoint complete instead of waiting for the checkpoint timeout."""
+    import pyarrow as pa
+
+    from barrier_source.reader import BarrierKafkaStreamReader
+    from barrier_source.schema import source_schema
+
+    prev = SourceOffset({"t": {0: 0}, "gone": {0: 0}})
+    plan = plan_end_offset(prev, prev.offsets, {"t": {0: 10}, "gone": {0: 10}}, {}, D.TRIGGER,
+                           1000, "timestamp", {"t:0": 4, "gone:0": 25})
+    assert plan.barriers[0].owed == ("gone:0",) and plan.sealed is None
+    nxt = plan_end_offset(plan, {"t": {0: 10}}, {"t": {0: 20}}, {}, D.NOT_DUE, 2000,
+                          "timestamp")
+    assert nxt.barriers[0].emit == ("gone:0",) and nxt.barriers[0].owed == ()
+    assert nxt.sealed is not None and nxt.sealed.checkpoint_id == 1
+
+    # No broker listens on port 1: reading the vanished range must not need Kafka.
+    reader = BarrierKafkaStreamReader({"kafka.bootstrap.servers": "127.0.0.1:1",
+                                       "subscribePattern": ".*"}, source_schema())
+    ranges = {f"{r.topic}:{r.partition}": r
+              for r in reader.partitions(plan.to_json(), nxt.to_json())}
+    ended = ranges["gone:0"]
+    assert ended.from_offset == ended.until_offset == 25
+    assert [b[0] for b in ended.barriers] == [1]
+    assert ranges["t:0"].barriers == () and ranges["t:0"].until_offset == 20
+    rows = pa.Table.from_batches(list(reader.read(ended))).to_pylist()
+    assert [(r["kind"], r["topic"], r["partition"], r["offset"], r["checkpoint_id"],
+             r["barrier_channels"]) for r in rows] == [
+        ("barrier", "gone", 0, 25, 1, ["gone:0", "t:0"])]
