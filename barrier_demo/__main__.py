@@ -10,7 +10,6 @@ Exits 0 only if nothing was lost or duplicated. Runs in the user's process (driv
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -19,16 +18,16 @@ import uuid
 
 
 def committed_records(storage: str, topic: str) -> int:
-    try:
-        with open(os.path.join(storage, "_completed_offsets.json")) as f:
-            return sum(json.load(f)["offsets"].get(topic, {}).values())
-    except FileNotFoundError:
-        return 0
+    from barrier_core.completed_offsets import read_completed_offsets
+    from state_backends.registry import backend_from_uri
+
+    done = read_completed_offsets(backend_from_uri(storage))
+    return 0 if done is None else sum(done.offsets.get(topic, {}).values())
 
 
 def run_pipeline(args, bootstrap, topics, workdir, crash_at=None) -> tuple:
     """Run ``barrier_demo.pipeline`` as a child process group; returns (exit code, seconds)."""
-    from barrier_source import faults
+    from barrier_core import faults
 
     env = faults.without_faults(os.environ)
     if crash_at:  # the demo's deliberate kill: fault injection switched on for this child only
@@ -65,7 +64,7 @@ def main(argv=None) -> int:
     parser.add_argument("--keys", type=int, default=500)
     parser.add_argument("--batch", type=int, default=15_000, help="maxOffsetsPerTrigger")
     parser.add_argument("--crash-at", default="commit_after_metadata:2",
-                        help="protocol step to SIGKILL at (barrier_source.faults.POINTS)")
+                        help="protocol step to SIGKILL at (barrier_core.faults.POINTS)")
     parser.add_argument("--output-dir", default="demo-output")
     parser.add_argument("--timeout", type=float, default=900)
     args = parser.parse_args(argv)

@@ -57,7 +57,7 @@ def source_options_page() -> str:
 
 
 def sink_options_page() -> str:
-    from barrier_source.option_spec import options_markdown
+    from barrier_core.option_spec import options_markdown
     from barrier_sink.options import (COMMON_SINK_OPTIONS, FILE_SINK_OPTIONS, KAFKA_SINK_OPTIONS,
                                       SPARK_ADDED)
 

@@ -105,13 +105,12 @@ def input_end_offsets(bootstrap: str, topic: str) -> Dict[str, int]:
         consumer.close()
 
 
-def completed_offsets(cfg: PipelineConfig) -> Optional[dict]:
-    path = os.path.join(cfg.storage, "_completed_offsets.json")
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        return None
+def completed_offsets(cfg: PipelineConfig):
+    """The newest committed checkpoint's offsets (``CompletedOffsets``) or None."""
+    from barrier_core.completed_offsets import read_completed_offsets
+    from state_backends.registry import backend_from_uri
+
+    return read_completed_offsets(backend_from_uri(cfg.storage))
 
 
 def group_offsets(cfg: PipelineConfig, partitions) -> Dict[str, int]:
@@ -135,7 +134,7 @@ def is_caught_up(cfg: PipelineConfig, ends: Dict[str, int]) -> bool:
     done = completed_offsets(cfg)
     if done is None:
         return False
-    got = {p: int(o) for p, o in done["offsets"].get(cfg.input_topic, {}).items()}
+    got = {str(p): o for p, o in done.offsets.get(cfg.input_topic, {}).items()}
     if not all(got.get(p, -1) >= end for p, end in ends.items()):
         return False
     return group_offsets(cfg, ends) == got
@@ -183,7 +182,7 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    from barrier_source.faults import record_pipeline_group
+    from barrier_core.faults import record_pipeline_group
     from kafka_harness.spark import build_spark
 
     record_pipeline_group()

@@ -6,7 +6,7 @@ barriers per key group (exactly-once) or tracks them (at-least-once), snapshots 
 alignment and emits ``ack`` rows plus forwarded barriers. See ``docs/internals/protocol.md``.
 """
 
-from barrier_ops.ack import Acknowledgement, AckMetrics
+from barrier_core.ack import Acknowledgement, AckMetrics
 from barrier_ops.function import KeyedProcessFunction
 from barrier_ops.keygroups import DEFAULT_MAX_PARALLELISM, key_group_of
 from barrier_ops.operator import CONTROL_FIELDS, keyed_process, operator_output_schema

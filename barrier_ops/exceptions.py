@@ -1,6 +1,6 @@
 """Exceptions of the keyed operators (``barrier_ops``)."""
 
-from barrier_source.exceptions import BarrierKafkaError, InvalidOptionError
+from barrier_core.exceptions import BarrierKafkaError, InvalidOptionError
 
 __all__ = ["OperatorError", "InvalidOptionError", "RestoreError", "StateAccessError"]
 

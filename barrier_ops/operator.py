@@ -15,6 +15,7 @@ Plan:
 
 from __future__ import annotations
 
+import io
 import logging
 import pickle
 from typing import Callable, Optional, Union
@@ -29,7 +30,7 @@ from barrier_ops.function import as_keyed_function
 from barrier_ops.keygroups import DEFAULT_MAX_PARALLELISM, key_group_column
 from barrier_ops.options import EXACTLY_ONCE, OperatorOptions
 from barrier_ops.runtime import CONTROL_COLUMNS, KeyGroupRuntime
-from barrier_source.schema import KIND_ACK, KIND_RECORD
+from barrier_core.schema import KIND_ACK, KIND_RECORD
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +58,22 @@ def operator_output_schema(output_schema: Union[StructType, str]) -> StructType:
         raise InvalidOptionError(f"output_schema uses reserved column names {clash}; the operator "
                                  f"adds {CONTROL_COLUMNS} itself")
     return StructType(list(user.fields) + CONTROL_FIELDS)
+
+
+class _RuntimeUnpickler(pickle.Unpickler):
+    """Reads a key group's runtime pickled by an older release, where the barrier aligners lived
+    in ``barrier_source.alignment`` (now ``barrier_ops.alignment``), so a query upgraded
+    mid-stream keeps its in-flight alignment state."""
+
+    def find_class(self, module: str, name: str):
+        if module.startswith("barrier_source.alignment"):
+            module = "barrier_ops.alignment" + module[len("barrier_source.alignment"):]
+        return super().find_class(module, name)
+
+
+def load_runtime(blob: bytes) -> KeyGroupRuntime:
+    """Unpickle a key group's runtime from its ``GroupState`` row (executor)."""
+    return _RuntimeUnpickler(io.BytesIO(blob)).load()
 
 
 def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
@@ -129,7 +146,7 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
 
         kg = int(key[0])
         if state.exists:
-            runtime = pickle.loads(state.get[0])
+            runtime = load_runtime(state.get[0])
         else:
             runtime = KeyGroupRuntime.create(opts, kg)
         frames = list(pdfs)

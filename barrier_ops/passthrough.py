@@ -13,7 +13,7 @@ from typing import List, Union
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from barrier_source.schema import KIND_RECORD
+from barrier_core.schema import KIND_RECORD
 
 #: columns a keyed operator or a sink needs on every row (those present are kept)
 CONTROL_COLUMNS = ("topic", "partition", "offset", "timestamp", "kind", "checkpoint_id",

@@ -25,15 +25,16 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 import pandas as pd
 
-from barrier_ops.ack import AckMetrics, Acknowledgement, offsets_by_topic
+from barrier_core.ack import AckMetrics, Acknowledgement, offsets_by_topic
 from barrier_ops.exceptions import RestoreError
 from barrier_ops.function import KeyedProcessFunction, rows_to_dicts
 from barrier_ops.options import AT_LEAST_ONCE, OperatorOptions
 from barrier_ops.state import KeyedContext, KeyedStateStore
-from barrier_source.alignment import (Barrier, BarrierAligner, BarrierTracker,
-                                      CancellationBarrier, CheckpointAborted,
-                                      CheckpointTriggered, Records, Released)
-from barrier_source.schema import KIND_ACK, KIND_BARRIER, KIND_RECORD
+from barrier_ops.alignment import (Barrier, BarrierAligner, BarrierTracker,
+                                   CancellationBarrier, CheckpointAborted,
+                                   CheckpointTriggered, Records, Released)
+from barrier_core.schema import KIND_ACK, KIND_BARRIER, KIND_RECORD, channel_name
+from state_backends.base import operator_snapshot_name
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ def output_topic(operator_id: str) -> str:
 
 def output_channel(operator_id: str, key_group: int) -> str:
     """Channel of key group ``key_group``'s output (``op:<operator_id>:<key_group>``)."""
-    return f"{output_topic(operator_id)}:{key_group}"
+    return channel_name(output_topic(operator_id), key_group)
 
 
 class KeyGroupRuntime:
@@ -90,7 +91,7 @@ class KeyGroupRuntime:
                 raise RestoreError(f"{backend.describe()}/{prefix} is not a completed checkpoint "
                                    "(no _metadata); pass restore_requires_complete=False to "
                                    "restore from it anyway")
-        path = f"{prefix}/op-{opts.operator_id}/kg-{self.key_group}"
+        path = f"{prefix}/{operator_snapshot_name(opts.operator_id, self.key_group)}"
         try:
             snap = pickle.loads(backend.get(path))
         except Exception as exc:  # noqa: BLE001 - every backend error means "cannot restore"
@@ -214,7 +215,7 @@ class KeyGroupRuntime:
             opts.operator_id, self.key_group, opts.max_parallelism, trig.checkpoint_id,
             handle.to_json(), offsets_by_topic(trig.offsets),
             AckMetrics(round(trig.alignment_ms, 3), trig.held_back_records, round(sync_ms, 3),
-                       0.0, len(blob)), trig.timestamp_ms)
+                       0.0, len(blob)), trig.timestamp_ms, self._backend.describe())
         self._emit_control(KIND_ACK, trig.checkpoint_id, topic=output_topic(opts.operator_id),
                            partition=self.key_group, ack=ack.to_json())
         self._emit_control(
@@ -239,7 +240,7 @@ def build_events(records: pd.DataFrame, barriers: pd.DataFrame,
     markers: Dict[str, list] = {}
     for kind_df, is_cancel in ((barriers, False), (cancels, True)):
         for row in kind_df.to_dict("records"):
-            ch = f"{row['topic']}:{int(row['partition'])}"
+            ch = channel_name(row["topic"], int(row["partition"]))
             cid = int(row["checkpoint_id"])
             off = row["offset"]
             off = None if off is None or pd.isna(off) else int(off)

@@ -22,7 +22,8 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from barrier_source.schema import KIND_BARRIER, KIND_RECORD, channel_name, source_schema
+from barrier_core.schema import KIND_BARRIER, KIND_RECORD, channel_name, source_schema
+from state_backends.base import snapshot_path
 
 EPOCH_MS = 1767225600000  # 2026-01-01
 
@@ -109,7 +110,7 @@ def write_script(script: dict, path: str) -> str:
 # ---------------------------------------------------------------------- streaming source
 def _record_script_settings(storage: str) -> None:
     """Scripted barriers: no time interval, no idle seal, one checkpoint at a time (driver)."""
-    from barrier_source.checkpoint_settings import CheckpointSettings, record_settings
+    from barrier_core.checkpoint_settings import CheckpointSettings, record_settings
     from state_backends.registry import backend_from_uri
 
     record_settings(backend_from_uri(storage), CheckpointSettings(0, 1, 0, 0, 1))
@@ -179,7 +180,7 @@ def read_snapshot_state(backend, checkpoint_id: int, operator_id: str, key_group
     """Decoded snapshot of one key group (``{"keyed": {key: {name: value}}, ...}``)."""
     import pickle
 
-    blob = backend.get(f"chk-{checkpoint_id}/op-{operator_id}/kg-{key_group}")
+    blob = backend.get(snapshot_path(checkpoint_id, operator_id, key_group))
     return pickle.loads(blob)
 
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 from typing import Callable
 
 from barrier_sink.options import CheckpointSinkOptions
-from barrier_source.coordinator import CheckpointCoordinator, CoordinatorConfig
+from barrier_coordinator import CheckpointCoordinator, CoordinatorConfig
 
 
 def coordinator_factory(backend, opts: CheckpointSinkOptions) -> Callable[[], CheckpointCoordinator]:
     config = CoordinatorConfig(checkpoint_timeout_ms=opts.checkpoint_timeout_ms,
                                tolerable_failed_checkpoints=opts.tolerable_failures,
-                               num_retained=max(1, opts.num_retained))
+                               num_retained=max(1, opts.num_retained),
+                               stats_history=opts.stats_history)
 
     def make() -> CheckpointCoordinator:
         return CheckpointCoordinator(backend, config)

@@ -51,9 +51,8 @@ from abc import ABC, abstractmethod
 from typing import Iterable, List, Optional
 
 from barrier_sink.messages import SinkCommitMessage
-from barrier_source.faults import FaultPoint, fault_point
-from barrier_source.group_commit import COMPLETED_OFFSETS_FILE as COMPLETED_OFFSETS
-from barrier_source.group_commit import completed_offsets_json
+from barrier_core.faults import FaultPoint, fault_point
+from barrier_core.completed_offsets import CompletedOffsets, write_completed_offsets
 
 logger = logging.getLogger(__name__)
 
@@ -78,12 +77,12 @@ class SinkCommitter(ABC):
     @abstractmethod
     def transaction_name(self, handle: dict) -> str:
         """The handle's own transaction (transactional.id / staged path), for logs and to tell
-        two attempts of one slot apart."""
+        two attempts of one slot apart. Runs in the driver commit worker."""
 
     def abort_unrecorded(self, batch_id: Optional[int]) -> None:
         """Abort open output of this sink that belongs to batches <= ``batch_id`` (None: any)
         and that no batch record names as uncommitted (losing speculative attempts, attempts
-        of a crashed run). Default: nothing."""
+        of a crashed run). Default: nothing. Runs in the driver commit worker."""
 
     def _pending_names(self, batch_id: int, cache: dict) -> set:
         """Transaction names of batch ``batch_id``'s recorded, uncommitted handles."""
@@ -97,20 +96,22 @@ class SinkCommitter(ABC):
     @staticmethod
     def handle_id(handle: dict) -> str:
         """Identity of a handle's slot, the same in every attempt and replay of its batch:
-        ``b<batch>-p<task>-e<epoch>``."""
+        ``b<batch>-p<task>-e<epoch>``. Runs in the driver commit worker."""
         epoch = handle.get("checkpoint_id")
         return f"b{handle['batch_id']}-p{handle['partition_id']}-e{'n' if epoch is None else epoch}"
 
     @abstractmethod
     def commit_handle(self, handle: dict) -> None:
-        """Make the handle's output visible; idempotent."""
+        """Make the handle's output visible; idempotent (driver commit worker)."""
 
     @abstractmethod
     def abort_handle(self, handle: dict) -> None:
-        """Discard the handle's output; idempotent, also for already-fenced handles."""
+        """Discard the handle's output; idempotent, also for already-fenced handles.
+        Runs in the driver commit worker."""
 
     # ------------------------------------------------------------------ durable records
     def load_batch(self, batch_id: int) -> Optional[dict]:
+        """Batch N's durable record, or None (driver commit worker)."""
         path = batch_path(batch_id)
         if not self.backend.exists(path):
             return None
@@ -121,6 +122,7 @@ class SinkCommitter(ABC):
                          json.dumps(record, sort_keys=True).encode())
 
     def recorded_batches(self) -> List[int]:
+        """Ids of the batches with a durable record, ascending (driver commit worker)."""
         out = []
         for p in self.backend.list("sink/"):
             name = p.rsplit("/", 1)[-1]
@@ -130,6 +132,8 @@ class SinkCommitter(ABC):
 
     # ------------------------------------------------------------------ protocol
     def on_batch_committed(self, batch_id: int, messages: Iterable[SinkCommitMessage]) -> None:
+        """Spark committed batch N (``writer.commit``): the protocol in the module docstring
+        (driver commit worker)."""
         messages = list(messages)
         fault_point(FaultPoint.COMMIT_BEFORE_RECORD)
         handles = [h for m in messages for h in m.handles]
@@ -180,7 +184,8 @@ class SinkCommitter(ABC):
 
     def on_batch_aborted(self, batch_id: int, messages: Iterable[SinkCommitMessage]) -> None:
         """Spark aborted batch N (a task failed, or ``commit(N)`` raised): see the module
-        docstring. Output of a completed checkpoint is committed forward, never aborted."""
+        docstring. Output of a completed checkpoint is committed forward, never aborted.
+        Runs in the driver commit worker."""
         record = self.load_batch(batch_id)
         coordinator = self._coordinator_factory()
         completed = coordinator.latest_completed()
@@ -220,6 +225,7 @@ class SinkCommitter(ABC):
         ``completed`` has ``checkpoint_id``, ``completion_batch`` (the batch whose commit
         completed it) and ``offsets``. Commits continue past a failing handle; the first error
         is raised after the loop (as Flink does), so one bad transaction does not block others.
+        Runs in the driver commit worker.
         """
         n = completed.checkpoint_id
         fault_point(FaultPoint.COMMIT_AFTER_METADATA)
@@ -253,9 +259,9 @@ class SinkCommitter(ABC):
         fault_point(FaultPoint.AFTER_TRANSACTIONS)
         self.after_commit(n, committed_by_n)
         # The source commits these offsets to its consumer group on its next trigger.
-        self.backend.put(COMPLETED_OFFSETS, json.dumps(completed_offsets_json(
-            n, completed.timestamp_ms, completed.offsets), sort_keys=True).encode())
-        if coordinator is not None and hasattr(coordinator, "mark_committed"):
+        write_completed_offsets(self.backend, CompletedOffsets.of(
+            n, completed.timestamp_ms, completed.offsets))
+        if coordinator is not None:
             coordinator.mark_committed(n)
         self.prune(batch_id)
         logger.info("checkpoint %d committed (batch %d)", n, batch_id)
@@ -292,10 +298,12 @@ class SinkCommitter(ABC):
 
     def after_commit(self, checkpoint_id: int, handles: List[dict]) -> None:
         """Hook: every handle checkpoint ``checkpoint_id`` committed (also ones an interrupted
-        earlier notification already committed). Default: nothing."""
+        earlier notification already committed). Default: nothing.
+        Runs in the driver commit worker."""
 
     def prune(self, upto_batch: int, keep: int = 20) -> None:
-        """Delete records of fully committed batches, keeping the newest ``keep``."""
+        """Delete records of fully committed batches, keeping the newest ``keep``.
+        Runs in the driver commit worker."""
         batches = [b for b in self.recorded_batches() if b <= upto_batch]
         for b in batches[:-keep]:
             record = self.load_batch(b)

@@ -1,6 +1,6 @@
 """Exceptions of the two-phase-commit sinks."""
 
-from barrier_source.exceptions import BarrierKafkaError, InvalidOptionError
+from barrier_core.exceptions import BarrierKafkaError, InvalidOptionError
 
 
 class SinkError(BarrierKafkaError):

@@ -4,7 +4,8 @@ Executors write each task's rows of one epoch to one staged Parquet file under
 ``<path>/_staging/`` (invisible: Spark and most readers skip ``_``-prefixed folders). When the
 epoch's checkpoint completes the driver publishes each staged file under its final name
 (``part-b<batch>-p<task>-e<epoch>.parquet``; a rename locally, a server-side copy on S3) and then
-writes the manifest ``_manifests/chk-<n>.json`` listing the files checkpoint n published.
+writes the manifest ``_manifests/chk-<n>.json`` listing the files checkpoint n published; every
+10 manifests are folded into one ``_manifests/compact-<n>.json``.
 
 Readers that follow the published set (:func:`published_files`, or ``spark.read.parquet`` on a
 local path) never see a partial file; a replayed batch's duplicates are aborted (their staged
@@ -28,6 +29,10 @@ logger = logging.getLogger(__name__)
 
 _STAGED_RE = re.compile(r"part-b(\d+)-p\d+(?:-a\d+)?-e(?:\d+|n)\.parquet$")
 
+#: Manifests folded into one compact manifest at a time (Spark's spark.sql.streaming.fileSink.
+#: log.compactInterval is 10 too).
+MANIFEST_COMPACT_INTERVAL = 10
+
 PROTOCOL_COLUMNS = ("kind", "checkpoint_id", "ack", "barrier_channels", "checkpoint_timestamp")
 
 
@@ -46,11 +51,13 @@ class FileSinkCommitter(SinkCommitter):
         self.store = store
 
     def transaction_name(self, handle: dict) -> str:
+        """The staged file of the handle (driver commit worker)."""
         return handle["staged"]
 
     def abort_unrecorded(self, batch_id: Optional[int]) -> None:
         """Delete staged files of batches <= ``batch_id`` (None: any) that no batch record names
-        as uncommitted: losing speculative or retried attempts, debris of a crashed run."""
+        as uncommitted: losing speculative or retried attempts, debris of a crashed run.
+        Runs in the driver commit worker."""
         cache: dict = {}
         for rel in self.store.list("_staging/"):
             m = _STAGED_RE.search(rel)
@@ -67,17 +74,44 @@ class FileSinkCommitter(SinkCommitter):
             self.store.delete(staged)
 
     def commit_handle(self, handle: dict) -> None:
+        """Publish the staged file under its final name; idempotent (driver commit worker)."""
         self.store.publish(handle["staged"], handle["final"])
 
     def abort_handle(self, handle: dict) -> None:
+        """Delete the staged file; idempotent (driver commit worker)."""
         self.store.delete(handle["staged"])
 
     def after_commit(self, checkpoint_id: int, handles: List[dict]) -> None:
         """Write ``_manifests/chk-<n>.json`` listing the files checkpoint n published, after
-        they are all in place (so a manifest never names a missing file)."""
+        they are all in place (so a manifest never names a missing file).
+        Runs in the driver commit worker."""
         files = sorted(h["final"] for h in handles)
         self.store.put(f"_manifests/chk-{checkpoint_id:012d}.json",
                        json.dumps({"checkpoint_id": checkpoint_id, "files": files}).encode())
+        self._compact_manifests(checkpoint_id)
+
+    def _compact_manifests(self, checkpoint_id: int) -> None:
+        """Every ``MANIFEST_COMPACT_INTERVAL`` manifests, fold them and the previous compact
+        manifest into ``_manifests/compact-<n>.json`` (written first, in the same format), then
+        delete what it folded, so ``_manifests/`` holds a bounded number of objects however
+        many checkpoints ran (as Spark's file sink compacts its log every 10 batches). A reader
+        listing in between sees both and takes the union."""
+        names = self.store.list("_manifests/")
+        singles = [m for m in names if m.startswith("_manifests/chk-")]
+        if len(singles) < MANIFEST_COMPACT_INTERVAL:
+            return
+        folded = singles + [m for m in names if m.startswith("_manifests/compact-")]
+        files = set()
+        for m in folded:
+            files.update(json.loads(self.store.get(m))["files"])
+        target = f"_manifests/compact-{checkpoint_id:012d}.json"
+        self.store.put(target, json.dumps({"checkpoint_id": checkpoint_id,
+                                           "files": sorted(files)}).encode())
+        for m in folded:
+            if m != target:
+                self.store.delete(m)
+        logger.info("checkpoint %d: %d manifests compacted into %s (%d files)", checkpoint_id,
+                    len(folded), target, len(files))
 
 
 class FileTwoPhaseCommitWriter(TwoPhaseCommitWriter):
@@ -107,15 +141,18 @@ class FileTwoPhaseCommitWriter(TwoPhaseCommitWriter):
     def begin_transaction(self, batch_id, partition_id, attempt, checkpoint_id):
         # The staged name is per attempt (a speculative copy never overwrites or deletes the
         # winner's file); the final name is per (batch, task, epoch), the same in every replay.
+        """Open a staged Parquet file for one epoch of one task attempt (executor)."""
         epoch = "n" if checkpoint_id is None else str(checkpoint_id)
         name = f"part-b{batch_id:09d}-p{partition_id:05d}-e{epoch}.parquet"
         staged = f"_staging/part-b{batch_id:09d}-p{partition_id:05d}-a{attempt}-e{epoch}.parquet"
         return StagedFile(staged, name, checkpoint_id, batch_id, partition_id)
 
     def invoke(self, txn: StagedFile, row) -> None:
+        """Buffer one record row (executor)."""
         txn.rows.append({c: row[c] for c in self.data_columns})
 
     def pre_commit(self, txn: StagedFile):
+        """Write and close the staged file; return its handle (executor)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -130,9 +167,11 @@ class FileTwoPhaseCommitWriter(TwoPhaseCommitWriter):
                 "records": len(txn.rows)}
 
     def abort_open(self, txn: StagedFile) -> None:
+        """Delete a staged file that failed before pre-commit (executor)."""
         self.store.delete(txn.staged)
 
     def committer(self) -> FileSinkCommitter:
+        """The driver half: a :class:`FileSinkCommitter` (driver commit worker)."""
         from barrier_sink.checkpointing import coordinator_factory
 
         backend = self.checkpoint.open_backend()
@@ -140,9 +179,11 @@ class FileTwoPhaseCommitWriter(TwoPhaseCommitWriter):
                                  self.store)
 
     def storage_uri(self) -> str:
+        """The sink's ``checkpoint.storage`` (driver)."""
         return self.checkpoint.storage_uri
 
     def checkpoint_location(self) -> str:
+        """The query's Spark ``checkpointLocation`` (driver)."""
         return self.checkpoint.checkpoint_location
 
 

@@ -54,6 +54,7 @@ class KafkaSinkCommitter(SinkCommitter):
         self.opts = opts
 
     def transaction_name(self, handle: dict) -> str:
+        """The handle's ``transactional.id`` (driver commit worker)."""
         return handle["transactional_id"]
 
     def abort_unrecorded(self, batch_id: Optional[int]) -> None:
@@ -76,6 +77,8 @@ class KafkaSinkCommitter(SinkCommitter):
                             self.opts.transaction_timeout_ms)
 
     def commit_handle(self, handle: dict) -> None:
+        """Commit the pre-committed transaction through a producer resumed on its id and epoch;
+        idempotent (driver commit worker)."""
         h = TransactionHandle.from_json(handle)
         from kafka import errors as Errors
 
@@ -101,6 +104,7 @@ class KafkaSinkCommitter(SinkCommitter):
                 "a manual abort of this prefix's transactions.")
 
     def abort_handle(self, handle: dict) -> None:
+        """Abort the transaction (fencing it if still open); idempotent (driver commit worker)."""
         abort_handle(self.opts.kafka, TransactionHandle.from_json(handle),
                      self.opts.transaction_timeout_ms)
 
@@ -117,11 +121,13 @@ class KafkaTwoPhaseCommitWriter(TwoPhaseCommitWriter):
 
     # executor -------------------------------------------------------------
     def begin_transaction(self, batch_id, partition_id, attempt, checkpoint_id):
+        """Open a transactional producer for one epoch of one task attempt (executor)."""
         tid = self.opts.transactional_id(batch_id, partition_id, checkpoint_id, attempt)
         return TransactionalWriter(self.opts.kafka, tid, self.opts.transaction_timeout_ms,
                                    batch_id, partition_id, checkpoint_id).open()
 
     def invoke(self, txn: TransactionalWriter, row) -> None:
+        """Send one record row (executor)."""
         topic = self.opts.topic or row["topic"]
         if topic is None:
             raise ValueError("record row without a topic and no 'topic' option")
@@ -134,15 +140,19 @@ class KafkaTwoPhaseCommitWriter(TwoPhaseCommitWriter):
                             else None))
 
     def pre_commit(self, txn: TransactionalWriter):
+        """Flush and keep the transaction open; return its handle (executor)."""
         handle = txn.pre_commit()
         txn.close_without_finishing()
         return handle.to_json()
 
     def abort_open(self, txn: TransactionalWriter) -> None:
+        """Abort a transaction that failed before pre-commit (executor)."""
         txn.abort()
 
     # driver ---------------------------------------------------------------
     def committer(self) -> KafkaSinkCommitter:
+        """The driver half: a :class:`KafkaSinkCommitter` on the sink's checkpoint storage
+        (driver commit worker)."""
         from barrier_sink.checkpointing import coordinator_factory
 
         backend = self.opts.checkpoint.open_backend()
@@ -154,7 +164,7 @@ class KafkaTwoPhaseCommitWriter(TwoPhaseCommitWriter):
         checkpoint.storage and size the transaction-timeout guard by them; refuse a
         ``kafka.transaction.timeout.ms`` above the brokers' maximum."""
         from barrier_sink.transaction import broker_max_transaction_timeout_ms
-        from barrier_source.checkpoint_settings import read_settings
+        from barrier_core.checkpoint_settings import read_settings
 
         settings = read_settings(self.opts.checkpoint.open_backend())
         bound = None
@@ -162,7 +172,7 @@ class KafkaTwoPhaseCommitWriter(TwoPhaseCommitWriter):
             logger.warning(
                 "barrier-kafka sink: no barrier-kafka source records its checkpoint settings in "
                 "%s; the first batch carrying barriers will fail until the source is given "
-                "this 'checkpoint.storage' (barrier_sink.source_link).",
+                "this 'checkpoint.storage' (barrier_sink.shared_storage).",
                 self.opts.checkpoint.storage_uri)
         else:
             bound = self.opts.check_against_source(settings)
@@ -170,7 +180,9 @@ class KafkaTwoPhaseCommitWriter(TwoPhaseCommitWriter):
                                             seal_bound_ms=bound)
 
     def storage_uri(self) -> str:
+        """The sink's ``checkpoint.storage`` (driver)."""
         return self.opts.checkpoint.storage_uri
 
     def checkpoint_location(self) -> str:
+        """The query's Spark ``checkpointLocation`` (driver)."""
         return self.opts.checkpoint.checkpoint_location

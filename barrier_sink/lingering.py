@@ -17,7 +17,7 @@ from typing import Dict, List, Optional
 
 from barrier_sink.options import is_sink_transactional_id
 from barrier_sink.transaction import fence_and_abort
-from barrier_source.kafka_clients import kafka_client
+from barrier_core.kafka_clients import kafka_client
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class LingeringTransaction:
 def _admin(kafka_config: Dict[str, object]):
     from kafka.admin import KafkaAdminClient
 
-    from barrier_source.options import client_config
+    from barrier_core.kafka_config import client_config
 
     return kafka_client(KafkaAdminClient, client_config(kafka_config, "admin"), "sink")
 

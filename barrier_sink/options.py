@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional
 
 from barrier_sink.exceptions import InvalidOptionError, TransactionTimeoutTooShortError
-from barrier_source.option_spec import OptionSpec, check_known_options, redact  # noqa: F401
+from barrier_core.option_spec import OptionSpec, check_known_options, redact  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
-# The docs are generated from these lists (barrier_source.option_spec.options_markdown).
+# The docs are generated from these lists (barrier_core.option_spec.options_markdown).
 COMMON_SINK_OPTIONS: List[OptionSpec] = [
     OptionSpec("checkpoint.storage", "<checkpointLocation>/barrier-checkpoints",
                "State backend URI where checkpoint metadata, sink transaction handles and "
@@ -35,6 +35,10 @@ COMMON_SINK_OPTIONS: List[OptionSpec] = [
                "survive it (transaction-timeout guard)."),
     OptionSpec("state.checkpoints.num-retained", "3",
                "Completed checkpoints kept; older ones are discarded (savepoints never)."),
+    OptionSpec("web.checkpoints.history", "10",
+               "Statistics (`chk-<n>/_stats.json`) of this many newest checkpoint ids are kept, "
+               "failed ones included; older ones are deleted with their folder, so the storage "
+               "stays flat however long the job runs (Flink's option of that name)."),
     OptionSpec("s3.", None, "S3 settings of an s3:// checkpoint.storage or output path: "
                "s3.endpoint, s3.region, s3.access.key, s3.secret.key (secrets never logged).",
                is_prefix=True),
@@ -114,7 +118,7 @@ def kafka_client_config(options: Mapping[str, str]) -> Dict[str, object]:
     translates them (``kafka.sasl.jaas.config`` -> ``sasl_plain_username``/``password``,
     ``kafka.security.protocol`` -> ``security_protocol`` ...), for the producer and admin
     clients the sink uses."""
-    from barrier_source.options import translate_kafka_options
+    from barrier_core.kafka_config import translate_kafka_options
 
     for name in options:
         key = name.lower()
@@ -142,6 +146,7 @@ class CheckpointSinkOptions:
     tolerable_failures: int
     restart_budget_ms: int
     num_retained: int
+    stats_history: int
     storage_options: Dict[str, str] = field(repr=False, default_factory=dict)
 
     @classmethod
@@ -170,6 +175,7 @@ class CheckpointSinkOptions:
             tolerable_failures=num("execution.checkpointing.tolerable-failed-checkpoints"),
             restart_budget_ms=num("restart.budget.ms"),
             num_retained=num("state.checkpoints.num-retained"),
+            stats_history=max(1, num("web.checkpoints.history")),
             storage_options={k: v for k, v in lowered.items() if k.startswith("s3.")},
         )
 

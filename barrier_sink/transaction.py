@@ -23,8 +23,8 @@ import logging
 from dataclasses import asdict, dataclass, field
 from typing import Dict, Iterable, List, Optional
 
-from barrier_source.exceptions import BrokerUnreachableError
-from barrier_source.kafka_clients import kafka_client
+from barrier_core.exceptions import BrokerUnreachableError
+from barrier_core.kafka_clients import kafka_client
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class TransactionHandle:
 
 def producer_config(kafka_config: Dict[str, object], transactional_id: str,
                     transaction_timeout_ms: int) -> Dict[str, object]:
-    from barrier_source.options import client_config
+    from barrier_core.kafka_config import client_config
 
     conf = client_config(kafka_config, "producer")
     conf.update(transactional_id=transactional_id, transaction_timeout_ms=transaction_timeout_ms,
@@ -78,7 +78,7 @@ def broker_max_transaction_timeout_ms(kafka_config: Dict[str, object]) -> Option
     with a warning, and the broker refuses a too-long timeout when the first task starts."""
     from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
-    from barrier_source.options import client_config
+    from barrier_core.kafka_config import client_config
 
     admin = None
     try:

@@ -26,9 +26,10 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from pyspark.sql.datasource import DataSourceStreamWriter
 
+from barrier_core.schema import KIND_ACK, KIND_BARRIER, KIND_RECORD, channel_name
 from barrier_sink.messages import SinkCommitMessage
-from barrier_sink.source_link import require_source_settings
-from barrier_source.faults import FaultPoint, fault_point
+from barrier_sink.shared_storage import require_shared_storage
+from barrier_core.faults import FaultPoint, fault_point
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ def current_task() -> tuple:
 
 def barrier_of(row) -> dict:
     return {"checkpoint_id": int(row["checkpoint_id"]),
-            "channel": f"{row['topic']}:{row['partition']}",
+            "channel": channel_name(row["topic"], row["partition"]),
             "offset": int(row["offset"]) if row["offset"] is not None else None,
             "channels": list(row["barrier_channels"] or []),
             "timestamp": row["checkpoint_timestamp"]}
@@ -75,7 +76,8 @@ class TwoPhaseCommitWriter(DataSourceStreamWriter, ABC):
 
     @abstractmethod
     def pre_commit(self, txn: Any) -> Optional[dict]:
-        """Make ``txn`` durable but invisible; return its JSON handle (None: nothing written)."""
+        """Make ``txn`` durable but invisible; return its JSON handle (None: nothing written).
+        Runs on the executor."""
 
     @abstractmethod
     def abort_open(self, txn: Any) -> None:
@@ -87,13 +89,15 @@ class TwoPhaseCommitWriter(DataSourceStreamWriter, ABC):
 
     # ------------------------------------------------------------------ executor
     def write(self, iterator: Iterator) -> SinkCommitMessage:
+        """Write one task's rows: one transaction per epoch, pre-committed at the end; returns
+        the handles, barriers and acks for the driver (executor)."""
         batch_id, partition_id, attempt = current_task()
         txns: Dict[Optional[int], Any] = {}
         message = SinkCommitMessage(batch_id, partition_id)
         try:
             for row in iterator:
                 kind = row["kind"]
-                if kind == "record":
+                if kind == KIND_RECORD:
                     epoch = row["checkpoint_id"]
                     txn = txns.get(epoch)
                     if txn is None:
@@ -101,9 +105,9 @@ class TwoPhaseCommitWriter(DataSourceStreamWriter, ABC):
                                                                    attempt, epoch)
                     self.invoke(txn, row)
                     message.records += 1
-                elif kind == "barrier":
+                elif kind == KIND_BARRIER:
                     message.barriers.append(barrier_of(row))
-                elif kind == "ack":
+                elif kind == KIND_ACK:
                     message.acks.append(row["ack"])
                 else:
                     raise ValueError(f"row kind {kind!r} is not one of record, barrier, ack")
@@ -129,13 +133,16 @@ class TwoPhaseCommitWriter(DataSourceStreamWriter, ABC):
 
     # ------------------------------------------------------------------ driver
     def commit(self, messages: List[SinkCommitMessage], batchId: int) -> None:
+        """Spark committed batch ``batchId``: check the shared checkpoint storage, then hand the
+        messages to the committer (driver commit worker)."""
         messages = [m for m in messages if m is not None]
         committer = self.committer()
-        if any(m.barriers for m in messages):
-            require_source_settings(committer.backend, self.storage_uri())
+        require_shared_storage(committer.backend, self.storage_uri(), messages)
         committer.on_batch_committed(batchId, messages)
 
     def abort(self, messages: List[SinkCommitMessage], batchId: int) -> None:
+        """Spark gave up on batch ``batchId``: abort its transactions, except those of a
+        completed checkpoint (driver commit worker)."""
         self.committer().on_batch_aborted(batchId, [m for m in messages if m is not None])
 
     def recover_once(self) -> None:
@@ -158,8 +165,8 @@ class TwoPhaseCommitWriter(DataSourceStreamWriter, ABC):
 
     @abstractmethod
     def storage_uri(self) -> str:
-        """The checkpoint storage this sink records its protocol state in."""
+        """The checkpoint storage this sink records its protocol state in (driver)."""
 
     @abstractmethod
     def checkpoint_location(self) -> str:
-        """The query's Spark ``checkpointLocation`` (owner of the checkpoint storage)."""
+        """The query's Spark ``checkpointLocation`` (owner of the checkpoint storage) (driver)."""

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from barrier_source.record_decode import DecodedRecords
-from barrier_source.schema import KIND_BARRIER, KIND_RECORD
+from barrier_core.schema import KIND_BARRIER, KIND_RECORD
 
 _TS_TYPE = pa.timestamp("us", tz="UTC")
 

@@ -8,24 +8,21 @@ Runs on the driver: in the source's ``commit``/``latestOffset`` (source-only pip
 2. monotonic: a partition already carrying checkpoint m >= n is left alone, so a late or
    replayed commit never moves the group backwards.
 
-Also home of the coordinator hand-off file ``<checkpoint.storage>/_completed_offsets.json``
-(see ``docs/internals/protocol.md``).
+The offsets come from the coordinator's hand-off file (:mod:`barrier_core.completed_offsets`)
+or, in source-only pipelines, from the sealed checkpoint in Spark's offset log.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import time
 from typing import Any, Dict, Mapping, Optional
 
-from barrier_source.exceptions import BarrierKafkaError
+from barrier_core.exceptions import BarrierKafkaError
 
 logger = logging.getLogger(__name__)
 
-COMPLETED_OFFSETS_FILE = "_completed_offsets.json"
 _METADATA_TAG = "barrier-kafka"
 _RETRIABLE = ("CoordinatorNotAvailable", "NotCoordinator", "CoordinatorLoadInProgress",
               "RequestTimedOut", "KafkaConnectionError", "NodeNotReady")
@@ -33,7 +30,7 @@ _RETRIABLE = ("CoordinatorNotAvailable", "NotCoordinator", "CoordinatorLoadInPro
 
 def _kafka_python_config(kafka_options: Mapping[str, Any]) -> Dict[str, Any]:
     """Accept Spark-style ``kafka.*`` options or kafka-python keyword arguments."""
-    from barrier_source.options import client_config, translate_kafka_options
+    from barrier_core.kafka_config import client_config, translate_kafka_options
 
     if any(str(k).lower().startswith("kafka.") for k in kafka_options):
         kafka_options = translate_kafka_options(kafka_options)
@@ -113,7 +110,7 @@ def commit_group_offsets(kafka_options: Mapping[str, Any], group_id: str,
     from kafka import TopicPartition
     from kafka.structs import OffsetAndMetadata
 
-    from barrier_source.faults import FaultPoint, fault_point
+    from barrier_core.faults import FaultPoint, fault_point
 
     fault_point(FaultPoint.BEFORE_OFFSET_COMMIT)
     wanted = {TopicPartition(t, int(p)): int(o) for t, parts in offsets.items()
@@ -123,7 +120,7 @@ def commit_group_offsets(kafka_options: Mapping[str, Any], group_id: str,
     own = admin is None
     if own:
         from kafka.admin import KafkaAdminClient
-        from barrier_source.kafka_clients import kafka_client
+        from barrier_core.kafka_clients import kafka_client
 
         admin = kafka_client(KafkaAdminClient, _kafka_python_config(kafka_options),
                              "consumer-group commit")
@@ -161,84 +158,3 @@ def commit_group_offsets(kafka_options: Mapping[str, Any], group_id: str,
     finally:
         if own:
             admin.close()
-
-
-# ---------------------------------------------------------------------- coordinator hand-off
-def _local_path(storage: str) -> Optional[str]:
-    if storage.startswith("file://"):
-        return storage[len("file://"):]
-    if "://" not in storage:
-        return storage
-    return None
-
-
-def write_completed_offsets(storage: str, checkpoint_id: int, timestamp_ms: int,
-                            offsets: Mapping[str, Mapping[Any, int]]) -> None:
-    """Atomically record that checkpoint ``checkpoint_id`` completed with ``offsets``.
-
-    For coordinators (and tests) on a local/mounted ``checkpoint.storage``; other storages write
-    the same JSON through their state backend's atomic ``put``. Never moves backwards.
-    """
-    path = _local_path(storage)
-    if path is None:
-        raise BarrierKafkaError(f"write_completed_offsets: use the state backend's put() for "
-                                f"'{storage.split('://')[0]}://' storage.")
-    current = read_completed_offsets(storage)
-    if current is not None and current["checkpoint_id"] >= checkpoint_id:
-        return
-    os.makedirs(path, exist_ok=True)
-    body = json.dumps(completed_offsets_json(checkpoint_id, timestamp_ms, offsets))
-    fd, tmp = tempfile.mkstemp(dir=path, prefix=".tmp-completed-")
-    with os.fdopen(fd, "w") as f:
-        f.write(body)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(path, COMPLETED_OFFSETS_FILE))
-
-
-def completed_offsets_json(checkpoint_id: int, timestamp_ms: int,
-                           offsets: Mapping[str, Mapping[Any, int]]) -> dict:
-    return {"checkpoint_id": int(checkpoint_id), "timestamp": int(timestamp_ms),
-            "offsets": {t: {str(p): int(o) for p, o in sorted(parts.items(), key=lambda x: int(x[0]))}
-                        for t, parts in sorted(offsets.items())}}
-
-
-def read_completed_offsets(storage: str,
-                           storage_options: Optional[Mapping[str, str]] = None) -> Optional[dict]:
-    """The coordinator's newest completed checkpoint, or None if none completed yet.
-
-    Local paths and ``file://`` are read directly; other URIs go through
-    ``state_backends.registry.backend_from_uri`` when that module is available.
-    """
-    path = _local_path(storage)
-    try:
-        if path is not None:
-            with open(os.path.join(path, COMPLETED_OFFSETS_FILE)) as f:
-                raw = f.read()
-        else:
-            raw = _read_via_backend(storage, storage_options)
-            if raw is None:
-                return None
-    except FileNotFoundError:
-        return None
-    try:
-        data = json.loads(raw)
-        return {"checkpoint_id": int(data["checkpoint_id"]),
-                "timestamp": int(data.get("timestamp", 0)),
-                "offsets": {t: {int(p): int(o) for p, o in parts.items()}
-                            for t, parts in data["offsets"].items()}}
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise BarrierKafkaError(f"Malformed {COMPLETED_OFFSETS_FILE} in checkpoint.storage: "
-                                f"{exc}") from exc
-
-
-def _read_via_backend(storage: str, storage_options) -> Optional[str]:
-    try:
-        from state_backends import registry  # type: ignore
-    except ImportError as exc:
-        raise BarrierKafkaError(f"checkpoint.storage '{storage.split('://')[0]}://' needs the "
-                                "state_backends package") from exc
-    backend = registry.backend_from_uri(storage, dict(storage_options or {}))
-    if not backend.exists(COMPLETED_OFFSETS_FILE):
-        return None
-    return backend.get(COMPLETED_OFFSETS_FILE).decode("utf-8")

@@ -19,9 +19,9 @@ from typing import Any, Dict, Iterator, List, Mapping, Tuple
 
 import numpy as np
 
-from barrier_source.exceptions import BarrierKafkaError, OffsetOutOfRangeError
+from barrier_core.exceptions import BarrierKafkaError, OffsetOutOfRangeError
 from barrier_source import record_decode as rd
-from barrier_source.kafka_clients import kafka_client
+from barrier_core.kafka_clients import kafka_client
 
 logger = logging.getLogger(__name__)
 

@@ -28,17 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from barrier_source.exceptions import InvalidOptionError
-from barrier_source.schema import channel_name
+from barrier_core.exceptions import InvalidOptionError
+from barrier_core.schema import channel_name, split_channel
 
 OFFSET_VERSION = 1
 
 PartitionOffsets = Dict[str, Dict[int, int]]  # topic -> partition -> offset
-
-
-def split_channel(channel: str) -> Tuple[str, int]:
-    topic, _, part = channel.rpartition(":")
-    return topic, int(part)
 
 
 def sorted_channels(offsets: PartitionOffsets) -> List[str]:

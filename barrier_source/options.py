@@ -13,16 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from barrier_source.exceptions import InvalidOptionError
-from barrier_source.option_spec import (OptionSpec, check_known_options, is_secret_key,
-                                        parse_duration_ms)
-
-logger = logging.getLogger(__name__)
+from barrier_core.exceptions import InvalidOptionError
+from barrier_core.kafka_config import canonical_options, translate_kafka_options
+from barrier_core.option_spec import OptionSpec, check_known_options, parse_duration_ms
 
 PLACEMENT_END = "end"
 PLACEMENT_TIMESTAMP = "timestamp"
@@ -112,35 +109,13 @@ SOURCE_OPTIONS = [
                "to the consumer group (Flink's KafkaSource option)."),
 ]
 
-# Java client settings Spark's Kafka source refuses, with Spark's reason.
-_FORBIDDEN_KAFKA = {
-    "kafka.auto.offset.reset": "use startingOffsets instead",
-    "kafka.enable.auto.commit": "offsets are committed on checkpoint completion",
-    "kafka.key.deserializer": "keys are always read as bytes",
-    "kafka.value.deserializer": "values are always read as bytes",
-    "kafka.interceptor.classes": "interceptors are not supported",
-}
 _STREAM_ONLY_FORBIDDEN = {
     "endingoffsets": "endingOffsets is for batch queries; it is not valid for a stream",
     "endingoffsetsbytimestamp": "endingOffsetsByTimestamp is for batch queries; it is not "
                                 "valid for a stream",
     "endingtimestamp": "endingTimestamp is for batch queries; it is not valid for a stream",
 }
-# Java name (after 'kafka.') -> kafka-python name where the generic rule ('.' -> '_') is wrong.
-_KAFKA_RENAMES = {
-    "ssl.key.password": "ssl_password",
-    "ssl.keystore.password": "ssl_password",
-    "ssl.truststore.location": "ssl_cafile",
-    "ssl.keystore.location": "ssl_certfile",
-    "ssl.key.location": "ssl_keyfile",
-}
-# Handled by the source itself, not passed to the client.
-_KAFKA_OWN = {"kafka.bootstrap.servers", "kafka.group.id"}
-
-
-def _canonical(options: Mapping[str, Any]) -> Dict[str, str]:
-    """Option dict keyed by lower-cased name (Spark lower-cases them anyway)."""
-    return {str(k).lower(): ("" if v is None else str(v)) for k, v in options.items()}
+_canonical = canonical_options
 
 
 def _bool(o: Dict[str, str], name: str, default: bool) -> bool:
@@ -191,90 +166,6 @@ def _partition_map(o: Dict[str, str], name: str, example: str) -> Dict[str, Dict
                 raise InvalidOptionError(f"Option '{name}': '{topic}' partition '{p}' -> '{n}' "
                                          f"is not an integer pair, like {example}.") from None
     return out
-
-
-def _parse_jaas(value: str) -> Dict[str, str]:
-    found = dict(re.findall(r'(username|password)\s*=\s*"([^"]*)"', value))
-    out = {}
-    if "username" in found:
-        out["sasl_plain_username"] = found["username"]
-    if "password" in found:
-        out["sasl_plain_password"] = found["password"]
-    if not out:
-        raise InvalidOptionError("Option 'kafka.sasl.jaas.config' has no username=\"...\" / "
-                                 "password=\"...\" (value not shown: it is a secret).")
-    return out
-
-
-def translate_kafka_options(options: Mapping[str, Any],
-                            clients: Tuple[str, ...] = ("admin", "consumer")) -> Dict[str, Any]:
-    """Spark-style ``kafka.*`` options -> kafka-python keyword arguments (shared with the sink).
-
-    ``kafka.bootstrap.servers`` becomes ``bootstrap_servers`` (a list); ``kafka.group.id`` is
-    left out (callers decide about groups). Settings none of ``clients`` ('admin', 'consumer',
-    'producer') knows are logged (names only) and dropped. Values are converted to the type of
-    kafka-python's default.
-    """
-    known: Dict[str, Any] = {}
-    for client in clients:
-        known.update(_client_defaults(client))
-    out: Dict[str, Any] = {}
-    o = _canonical(options)
-    if "kafka.bootstrap.servers" in o:
-        out["bootstrap_servers"] = [s.strip() for s in o["kafka.bootstrap.servers"].split(",")
-                                    if s.strip()]
-    for key, raw in o.items():
-        if not key.startswith("kafka.") or key in _KAFKA_OWN:
-            continue
-        if key in _FORBIDDEN_KAFKA:
-            raise InvalidOptionError(f"Option '{key}' is not supported: {_FORBIDDEN_KAFKA[key]}.")
-        java = key[len("kafka."):]
-        if java == "sasl.jaas.config":
-            out.update(_parse_jaas(raw))
-            continue
-        if java == "ssl.endpoint.identification.algorithm":
-            out["ssl_check_hostname"] = raw.strip().lower() == "https"
-            continue
-        if java in ("ssl.truststore.location", "ssl.keystore.location") and \
-                raw.lower().endswith((".jks", ".p12", ".pfx")):
-            raise InvalidOptionError(f"Option '{key}': kafka-python needs PEM files, not a Java "
-                                     "key store; convert it and pass the .pem path.")
-        name = _KAFKA_RENAMES.get(java, java.replace(".", "_"))
-        if name not in known:
-            logger.warning("barrier-kafka: Kafka setting '%s' is not known to kafka-python; "
-                           "ignored", key)
-            continue
-        default = known[name]
-        value: Any = raw
-        if isinstance(default, bool):
-            value = raw.strip().lower() == "true"
-        elif isinstance(default, int):
-            try:
-                value = int(raw)
-            except ValueError:
-                raise InvalidOptionError(f"Option '{key}' must be an integer; got "
-                                         f"'{'***' if is_secret_key(key) else raw}'.") from None
-        out[name] = value
-    return out
-
-
-def _client_defaults(client: str) -> Mapping[str, Any]:
-    """kafka-python's default configuration of ``client``: 'admin', 'consumer' or 'producer'."""
-    if client == "admin":
-        from kafka.admin import KafkaAdminClient
-        return KafkaAdminClient.DEFAULT_CONFIG
-    if client == "producer":
-        from kafka import KafkaProducer
-        return KafkaProducer.DEFAULT_CONFIG
-    from kafka import KafkaConsumer
-    return KafkaConsumer.DEFAULT_CONFIG
-
-
-def client_config(kafka_config: Mapping[str, Any], client: str) -> Dict[str, Any]:
-    """The subset of ``kafka_config`` that ``client`` ('consumer', 'admin', 'producer')
-    accepts."""
-    allowed = _client_defaults(client)
-    return {k: v for k, v in kafka_config.items() if k in allowed}
 
 
 @dataclass(frozen=True)
@@ -515,7 +406,7 @@ def _check_topics(name: str, given: Dict[str, Dict[int, int]], subscribe, assign
 
 
 if __name__ == "__main__":  # python -m barrier_source.options > docs/source-options.md
-    from barrier_source.option_spec import options_markdown
+    from barrier_core.option_spec import options_markdown
 
     print("# barrier-kafka source options\n\nGenerated from "
           "`barrier_source.options.SOURCE_OPTIONS` (`python -m barrier_source.options`); do not "

@@ -22,7 +22,6 @@ decides completion and the source commits what ``_completed_offsets.json`` says.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -31,11 +30,15 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
                                               ReadMinRows, SupportsTriggerAvailableNow)
 
-from barrier_source.exceptions import (BarrierKafkaError, InvalidOptionError, MissingTopicError,
-                                       OffsetOutOfRangeError)
+from barrier_core.completed_offsets import read_completed_offsets
+from barrier_core.exceptions import (BarrierKafkaError, InvalidOptionError,
+                                     OffsetOutOfRangeError)
+from barrier_core.kafka_config import client_config
+from barrier_core.schema import split_channel
+from barrier_source.kafka_metadata import KafkaMetadata
 from barrier_source.offsets import (PartitionOffsets, SourceOffset, offset_of, offsets_from_json,
-                                    offsets_to_json, sorted_channels, split_channel)
-from barrier_source.options import PLACEMENT_END, PLACEMENT_TIMESTAMP, SourceOptions, client_config
+                                    offsets_to_json, sorted_channels)
+from barrier_source.options import PLACEMENT_END, PLACEMENT_TIMESTAMP, SourceOptions
 from barrier_source.planner import count_rows, plan_end_offset, rate_limit
 from barrier_source.trigger import CheckpointTrigger, TriggerDecision, TriggerState
 
@@ -77,7 +80,7 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
                                           self.opts.checkpoint_interval_batches,
                                           self.opts.checkpoint_min_pause_ms,
                                           self.opts.max_concurrent_checkpoints)
-        self._admin = None
+        self._kafka = KafkaMetadata(self.opts)
         self._storage = None  # checkpoint.storage, opened on first use (driver)
         self._committed_id = 0
         self._last_batch_ms = _now_ms()
@@ -88,8 +91,8 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
 
     def _record_checkpoint_settings(self) -> None:
         """Publish the trigger settings in checkpoint.storage for the sink (driver, at start;
-        see :mod:`barrier_source.checkpoint_settings`)."""
-        from barrier_source.checkpoint_settings import CheckpointSettings, record_settings
+        see :mod:`barrier_core.checkpoint_settings`)."""
+        from barrier_core.checkpoint_settings import CheckpointSettings, record_settings
 
         o = self.opts
         record_settings(self._storage_backend(),
@@ -108,104 +111,17 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state["_admin"] = None
         state["_storage"] = None
         return state
 
-    # ------------------------------------------------------------------ Kafka look-ups (driver)
-    def _admin_client(self):
-        if self._admin is None:
-            from kafka.admin import KafkaAdminClient
-
-            from barrier_source.kafka_clients import kafka_client
-
-            self._admin = kafka_client(KafkaAdminClient,
-                                       client_config(self.opts.kafka_config, "admin"), "source")
-        return self._admin
-
-    def _retry(self, call, what: str):
-        attempts = self.opts.fetch_offset_num_retries + 1
-        for attempt in range(attempts):
-            try:
-                return call()
-            except BarrierKafkaError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - kafka-python raises many types
-                if attempt + 1 == attempts:
-                    raise BarrierKafkaError(f"{what} failed after {attempts} attempts: "
-                                            f"{type(exc).__name__}: {exc}") from exc
-                logger.warning("barrier-kafka: %s failed (%s); retrying", what, exc)
-                time.sleep(self.opts.fetch_offset_retry_interval_ms / 1000)
-
-    def _topic_partitions(self, strict: bool) -> Dict[str, List[int]]:
-        """Current partitions of the subscription. ``strict``: a missing topic is an error."""
-        admin = self._admin_client()
-        o = self.opts
-        if o.subscribe_pattern is not None:
-            pattern = re.compile(o.subscribe_pattern)
-            topics = [t for t in self._retry(admin.list_topics, "Listing topics")
-                      if pattern.fullmatch(t) and not t.startswith("__")]
-            option = "subscribePattern"
-        elif o.subscribe is not None:
-            topics, option = list(o.subscribe), "subscribe"
-        else:
-            topics, option = list(o.assign), "assign"
-        if not topics:
-            return {}
-        described = self._retry(lambda: admin.describe_topics(sorted(topics)), "Describing topics")
-        out: Dict[str, List[int]] = {}
-        for d in described:
-            name = d["name"]
-            if d["error_code"] == 3 or not d["partitions"]:
-                if strict or o.fail_on_data_loss:
-                    raise MissingTopicError(f"Topic '{name}' named by option '{option}' does not "
-                                            "exist.")
-                logger.warning("barrier-kafka: topic %s does not exist (failOnDataLoss=false)",
-                               name)
-                continue
-            if d["error_code"] != 0:
-                raise BarrierKafkaError(f"Describing topic '{name}' failed with Kafka error code "
-                                        f"{d['error_code']}.")
-            parts = sorted(p["partition_index"] for p in d["partitions"])
-            if o.assign is not None:
-                missing = sorted(set(o.assign[name]) - set(parts))
-                if missing:
-                    raise MissingTopicError(f"Option 'assign' names partitions {missing} of "
-                                            f"'{name}', which has only {len(parts)}.")
-                parts = list(o.assign[name])
-            out[name] = parts
-        return out
-
-    def _list_offsets(self, parts: Dict[str, List[int]], spec) -> PartitionOffsets:
-        """spec: 'earliest' | 'latest' | {(topic, partition): timestamp_ms}."""
-        from kafka import TopicPartition
-        from kafka.admin import OffsetSpec
-        from kafka.protocol.consumer import IsolationLevel
-
-        if spec == "earliest":
-            req = {TopicPartition(t, p): OffsetSpec.EARLIEST for t in parts for p in parts[t]}
-        elif spec == "latest":
-            req = {TopicPartition(t, p): OffsetSpec.LATEST for t in parts for p in parts[t]}
-        else:
-            req = {TopicPartition(t, p): int(spec[(t, p)]) for t in parts for p in parts[t]}
-        if not req:
-            return {}
-        level = IsolationLevel.READ_COMMITTED if str(self.opts.kafka_config.get(
-            "isolation_level", "")).lower() == "read_committed" else IsolationLevel.READ_UNCOMMITTED
-        res = self._retry(lambda: self._admin_client().list_partition_offsets(
-            req, isolation_level=level), "Listing offsets")
-        out: PartitionOffsets = {}
-        for tp, ot in res.items():
-            out.setdefault(tp.topic, {})[tp.partition] = int(ot.offset)
-        return out
-
     # ------------------------------------------------------------------ Spark API (driver)
     def initialOffset(self) -> dict:
-        """Resolve the starting offsets of a new query (startingOffsets & co.)."""
-        parts = self._topic_partitions(strict=True)
+        """Resolve the starting offsets of a new query (startingOffsets & co.).
+        Runs in the driver planner worker."""
+        parts = self._kafka.topic_partitions(strict=True)
         starting = self.opts.starting
-        earliest = self._list_offsets(parts, "earliest")
-        latest = self._list_offsets(parts, "latest")
+        earliest = self._kafka.list_offsets(parts, "earliest")
+        latest = self._kafka.list_offsets(parts, "latest")
         if starting.kind == "earliest":
             offsets = earliest
         elif starting.kind == "latest":
@@ -224,17 +140,16 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
     def _restored_initial_offset(self, offsets, earliest, latest) -> SourceOffset:
         """A new query started from checkpoint/savepoint n (``execution.savepoint.path``): its
         offsets win over ``startingOffsets``; numbering continues at n + 1 (driver)."""
-        from barrier_source.group_commit import read_completed_offsets
         from barrier_source.options import parse_restore_spec
         from state_backends.checkpoint_store import CompletedCheckpointStore
         from state_backends.registry import backend_from_uri
 
         storage, spec = self.opts.checkpoint_storage, self.opts.restore_from
-        done = read_completed_offsets(storage, self.opts.storage_options)
+        done = read_completed_offsets(self._storage_backend())
         if done is not None:
             raise InvalidOptionError(
                 f"Option 'execution.savepoint.path' = {spec!r}: checkpoint.storage already "
-                f"holds checkpoints up to {done['checkpoint_id']} of another query. A restored "
+                f"holds checkpoints up to {done.checkpoint_id} of another query. A restored "
                 "query needs a checkpoint.storage of its own: copy the savepoint into a new one "
                 "(CompletedCheckpointStore.copy_savepoint / create_savepoint(target=...)).")
         checkpoint_id, savepoint = parse_restore_spec(spec)
@@ -294,7 +209,7 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
                 raise InvalidOptionError(f"Option '{option}' must give a timestamp for every "
                                          f"partition; missing {missing}.")
             stamps = {(t, p): starting.timestamps[t][p] for t in parts for p in parts[t]}
-        found = self._list_offsets(parts, stamps)
+        found = self._kafka.list_offsets(parts, stamps)
         out: PartitionOffsets = {}
         for t in parts:
             for p in parts[t]:
@@ -310,17 +225,11 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         return out
 
     def _group_offsets(self, parts, earliest, latest) -> PartitionOffsets:
-        from kafka import TopicPartition
-
         group = self.opts.group_id
-        tps = [TopicPartition(t, p) for t in parts for p in parts[t]]
-        committed = self._retry(lambda: self._admin_client().list_group_offsets({group: tps}),
-                                f"Reading offsets of consumer group '{group}'").get(group, {})
+        committed = self._kafka.group_offsets(group, parts)
         out: PartitionOffsets = {}
-        for tp in tps:
-            t, p = tp.topic, tp.partition
-            meta = committed.get(tp)
-            n = -1 if meta is None else int(meta.offset)
+        for t, p in ((t, p) for t in parts for p in parts[t]):
+            n = committed.get(t, {}).get(p, -1)
             if n < 0:
                 fallback = self.opts.group_offsets_fallback
                 if fallback == "none":
@@ -335,6 +244,8 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         return out
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        """Spark's admission control from ``maxOffsetsPerTrigger`` / ``minOffsetsPerTrigger``
+        (driver planner worker)."""
         if self.opts.max_offsets_per_trigger is not None:
             return ReadMaxRows(self.opts.max_offsets_per_trigger)
         if self.opts.min_offsets_per_trigger is not None:
@@ -342,20 +253,24 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        """Trigger.AvailableNow: freeze the target at the offsets available now."""
-        parts = self._topic_partitions(strict=False)
-        self._available_now = self._list_offsets(parts, "latest")
+        """Trigger.AvailableNow: freeze the target at the offsets available now.
+        Runs in the driver planner worker."""
+        parts = self._kafka.topic_partitions(strict=False)
+        self._available_now = self._kafka.list_offsets(parts, "latest")
 
     def reportLatestOffset(self) -> Optional[dict]:
+        """The newest offsets seen at the last planning, for progress reports (driver planner
+        worker)."""
         return None if self._latest is None else offsets_to_json(self._latest)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        """Plan the next batch; see :func:`barrier_source.planner.plan_end_offset`."""
+        """Plan the next batch; see :func:`barrier_source.planner.plan_end_offset`.
+        Runs in the driver planner worker."""
         prev = SourceOffset.from_json(start)
         self._commit_completed(prev)
         now = _now_ms()  # before listing offsets: the timestamp cut needs latest >= trigger time
-        parts = self._topic_partitions(strict=False)
-        latest = self._list_offsets(parts, "latest")
+        parts = self._kafka.topic_partitions(strict=False)
+        latest = self._kafka.list_offsets(parts, "latest")
         starts, new_parts = self._resolve_starts(prev, parts)
         latest = self._check_latest(starts, latest)
         if self._available_now is not None:
@@ -429,7 +344,7 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             logger.warning("barrier-kafka: %s Continuing (failOnDataLoss=false).", msg)
         fresh = {t: [p for p in parts[t] if p not in known.get(t, {})] for t in parts}
         fresh = {t: ps for t, ps in fresh.items() if ps}
-        new_parts = self._list_offsets(fresh, "earliest") if fresh else {}
+        new_parts = self._kafka.list_offsets(fresh, "earliest") if fresh else {}
         if new_parts:
             logger.info("barrier-kafka: new partitions %s start at earliest",
                         offsets_to_json(new_parts))
@@ -451,7 +366,7 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
 
     def _timestamp_cut(self, parts, now_ms: int, latest) -> Dict[str, int]:
         """First offset per partition with timestamp >= now_ms, capped at the log end."""
-        found = self._list_offsets(parts, {(t, p): now_ms for t in parts for p in parts[t]})
+        found = self._kafka.list_offsets(parts, {(t, p): now_ms for t in parts for p in parts[t]})
         cut = {}
         for c in sorted_channels(latest):
             t, p = split_channel(c)
@@ -464,7 +379,7 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         With a coordinator (``checkpoint.storage``) both come from its durable state, so an
         expired or declined checkpoint frees its max-concurrent slot."""
         if self.opts.checkpoint_storage:
-            from barrier_source.coordinator.durable import checkpoint_progress
+            from barrier_coordinator.durable import checkpoint_progress
 
             done, aborted = checkpoint_progress(self._storage_backend())
             return max(done, prev.restored_id), aborted
@@ -474,14 +389,13 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         """notifyCheckpointComplete: commit the newest completed checkpoint to the group."""
         if not (self.opts.commit_offsets_on_checkpoint and self._trigger.is_enabled):
             return
-        from barrier_source.group_commit import commit_group_offsets, read_completed_offsets
+        from barrier_source.group_commit import commit_group_offsets
 
         if self.opts.checkpoint_storage:
-            done = read_completed_offsets(self.opts.checkpoint_storage,
-                                          self.opts.storage_options)
+            done = read_completed_offsets(self._storage_backend())
             if done is None:
                 return
-            cid, offsets = done["checkpoint_id"], done["offsets"]
+            cid, offsets = done.checkpoint_id, done.offsets
         elif durable.sealed is not None:
             cid, offsets = durable.sealed.checkpoint_id, durable.sealed.offsets
         else:
@@ -490,17 +404,20 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             return
         try:
             commit_group_offsets(self.opts.kafka_config, self.opts.group_id, offsets, cid,
-                                 admin=self._admin_client(), restored_from=durable.restored_id)
+                                 admin=self._kafka.admin(), restored_from=durable.restored_id)
             self._committed_id = cid
         except BarrierKafkaError as exc:
             logger.warning("barrier-kafka: checkpoint %d: committing offsets to group %s "
                            "failed; retrying on the next batch: %s", cid, self.opts.group_id, exc)
 
     def commit(self, end: dict) -> None:
-        """Spark finished every batch up to ``end``: commit its sealed checkpoint."""
+        """Spark finished every batch up to ``end``: commit its sealed checkpoint.
+        Runs in the driver planner worker."""
         self._commit_completed(SourceOffset.from_json(end))
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        """One input partition per Kafka partition with records or barriers in ``[start, end)``
+        (driver planner worker; the partitions are pickled to executors)."""
         s, e = SourceOffset.from_json(start), SourceOffset.from_json(end)
         out: List[InputPartition] = []
         ended = {c for b in e.barriers for c in b.emit if offset_of(e.offsets, c) is None}
@@ -526,7 +443,8 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
 
     # ------------------------------------------------------------------ executors
     def read(self, partition: KafkaRangePartition) -> Iterator[Any]:
-        """Yield ``pyarrow.RecordBatch``es: the range's records with barrier rows in place."""
+        """Yield ``pyarrow.RecordBatch``es: the range's records with barrier rows in place.
+        Runs on the executor."""
         from barrier_source.arrow_rows import RowBuilder
         from barrier_source.kafka_read import fetch_range
 
@@ -550,11 +468,8 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             yield builder.barrier(b)
 
     def stop(self) -> None:
-        if self._admin is not None:
-            try:
-                self._admin.close()
-            finally:
-                self._admin = None
+        """Close the Kafka admin client (driver planner worker, when the query stops)."""
+        self._kafka.close()
 
 
 def _now_ms() -> int:

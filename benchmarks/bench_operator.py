@@ -51,7 +51,7 @@ class GenReader(DataSourceStreamReader):
     def read(self, part):
         import pyarrow as pa
 
-        from barrier_source.schema import source_schema
+        from barrier_core.schema import source_schema
 
         ts = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
         chans = [f"bench:{p}" for p in range(self.n)]
@@ -91,7 +91,7 @@ def _barrier(p, offset, cid, ts, chans):
 def _arrow_schema():
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from barrier_source.schema import source_schema
+    from barrier_core.schema import source_schema
 
     return to_arrow_schema(source_schema(), timezone="UTC")
 
@@ -102,7 +102,7 @@ class GenSource(DataSource):
         return "bench-gen"
 
     def schema(self):
-        from barrier_source.schema import source_schema
+        from barrier_core.schema import source_schema
 
         return source_schema()
 

@@ -3,7 +3,6 @@ process group, and the read_committed checks."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -14,7 +13,7 @@ from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient
 
 from barrier_demo.verify import verify, verify_files
-from barrier_source import faults
+from barrier_core import faults
 from kafka_harness.topics import create_topic
 
 PIPELINE_TIMEOUT_S = 900
@@ -142,16 +141,19 @@ def assert_verdict(verdict, records):
 
 
 def assert_offsets_committed(bootstrap, input_topic, workdir, group, records):
-    with open(os.path.join(workdir, "storage", "_completed_offsets.json")) as f:
-        completed = json.load(f)
-    assert sum(completed["offsets"][input_topic].values()) == records
+    from barrier_core.completed_offsets import read_completed_offsets
+    from state_backends.registry import backend_from_uri
+
+    done = read_completed_offsets(backend_from_uri(os.path.join(workdir, "storage")))
+    completed = {str(p): o for p, o in done.offsets[input_topic].items()}
+    assert sum(completed.values()) == records
     # The source commits the last checkpoint's offsets to the group (also when idle); Kafka's
     # own kafka-consumer-groups tool is the witness.
     from kafka_harness.tools import group_offsets as tool_group_offsets
 
     got = {str(p): o for p, o in tool_group_offsets(bootstrap, group).get(input_topic,
                                                                           {}).items()}
-    assert got == completed["offsets"][input_topic]
+    assert got == completed
 
 
 def assert_prefix_exactly_once(bootstrap, output):

@@ -10,7 +10,7 @@ from kafka import KafkaConsumer, TopicPartition
 
 from barrier_demo.verify import read_topic
 from barrier_ops.testing import make_script
-from barrier_source.schema import KIND_BARRIER, channel_name
+from barrier_core.schema import KIND_BARRIER, channel_name
 
 
 def sealed_script(seed: int, partitions: int = 2, records: int = 100, checkpoints: int = 3,

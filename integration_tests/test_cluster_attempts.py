@@ -19,7 +19,7 @@ import uuid
 
 import pytest
 
-from barrier_source.faults import fault_env
+from barrier_core.faults import fault_env
 from integration_tests.pipeline_support import assert_exactly_once, produce_input, run_pipeline
 from kafka_harness.spark_cluster import StandaloneCluster
 

@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from barrier_source.faults import FaultPoint, fault_env
+from barrier_core.faults import FaultPoint, fault_env
 from integration_tests.pipeline_support import (assert_exactly_once, produce_input,
                                                 run_fault_chain, run_pipeline)
 

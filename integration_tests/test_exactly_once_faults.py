@@ -12,7 +12,7 @@ import uuid
 from kafka.admin import KafkaAdminClient
 
 from barrier_demo.pipeline import PipelineConfig, completed_offsets
-from barrier_source.faults import FaultPoint, fault_env
+from barrier_core.faults import FaultPoint, fault_env
 from integration_tests.pipeline_support import (assert_exactly_once, assert_prefix_exactly_once,
                                                 produce_input, run_pipeline)
 from kafka_harness.broker import KafkaBroker

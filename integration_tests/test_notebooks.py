@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from barrier_demo.notebook_runner import HEADER, SEPARATOR, parse_notebook, run_notebook
-from barrier_source.option_spec import is_secret_key
+from barrier_core.option_spec import is_secret_key
 
 NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.py"))

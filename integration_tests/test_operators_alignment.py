@@ -107,7 +107,7 @@ def test_missing_key_column_lists_the_columns_the_input_has(spark, tmp_path):
     from barrier_ops.examples.running_count import OUTPUT_SCHEMA, RunningCount
     from barrier_ops.operator import keyed_process
     from barrier_ops.exceptions import InvalidOptionError
-    from barrier_source.schema import source_schema
+    from barrier_core.schema import source_schema
 
     df = spark.createDataFrame([], source_schema())
     with pytest.raises(InvalidOptionError) as err:

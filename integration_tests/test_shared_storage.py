@@ -78,3 +78,36 @@ def test_source_without_the_sinks_storage_is_refused_then_restart_is_exactly_onc
     assert_no_open_transactions(bootstrap, group)
     assert _committed_group_offsets(bootstrap, group, topic) == {0: RECORDS // 2,
                                                                  1: RECORDS // 2}
+
+
+def test_an_operator_on_another_storage_is_refused_before_anything_commits(
+        spark, bootstrap, topic_factory, tmp_path):
+    """keyed_process snapshots to its own state_backend; the sink's chk-n/_metadata could not
+    point at those snapshots, so the first batch with its acks fails and nothing is committed."""
+    from barrier_ops.examples.running_count import OUTPUT_SCHEMA, RunningCount
+    from barrier_ops.operator import keyed_process
+
+    topic, out = topic_factory(2), topic_factory(2)
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    for i in range(RECORDS):
+        producer.send(topic, key=b"k%d" % (i % 7), value=b"v%d" % i, partition=i % 2)
+    producer.flush()
+    producer.close()
+    group, storage = "shared-op-" + out[-8:], str(tmp_path / "storage")
+    src = (spark.readStream.format("barrier-kafka")
+           .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+           .option("startingOffsets", "earliest").option("kafka.group.id", group)
+           .option("checkpoint.storage", storage).load())
+    counted = keyed_process(src, "key", RunningCount(), OUTPUT_SCHEMA, operator_id="count",
+                            state_backend=str(tmp_path / "operator-storage"), max_parallelism=2)
+    query = (counted.writeStream.format("barrier-kafka")
+             .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
+             .option("transactionalIdPrefix", group).option("checkpoint.storage", storage)
+             .option("checkpointLocation", str(tmp_path / "chk")).start())
+    with pytest.raises(Exception) as failed:
+        query.processAllAvailable()
+    query.stop()
+    assert "Operator 'count' writes its snapshots to" in str(failed.value)
+    assert read_committed_topic(bootstrap, out) == []
+    assert_no_open_transactions(bootstrap, group)
+    assert _committed_group_offsets(bootstrap, group, topic) == {}

@@ -3,11 +3,11 @@ committed transactions, exactly once, and nothing is left open."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 
 import pytest
 
+from barrier_core.completed_offsets import read_completed_offsets
 from barrier_ops.testing import ScriptDataSource, write_script
 from barrier_sink.lingering import list_lingering
 from integration_tests.sink_support import (read_committed_topic, run_script_to_sink,
@@ -38,9 +38,9 @@ def test_source_rows_reach_kafka_exactly_once(spark, script_source, tmp_path, bo
     assert Counter(values) == expected  # every record, exactly once
     assert list_lingering({"bootstrap_servers": bootstrap}, prefix) == []
     backend = backend_from_uri(str(tmp_path / "chk" / "barrier-checkpoints"))
-    done = json.loads(backend.get("_completed_offsets.json"))
-    assert done["checkpoint_id"] == 4
-    assert done["offsets"] == {"in": {"0": 60, "1": 60}}
+    done = read_completed_offsets(backend)
+    assert done.checkpoint_id == 4
+    assert done.offsets == {"in": {0: 60, 1: 60}}
 
 
 def test_records_of_an_incomplete_checkpoint_stay_invisible(spark, script_source, tmp_path,

@@ -8,7 +8,9 @@ import uuid
 
 from kafka import TopicPartition
 
-from barrier_source.group_commit import commit_group_offsets, write_completed_offsets
+from barrier_core.completed_offsets import CompletedOffsets, write_completed_offsets
+from barrier_source.group_commit import commit_group_offsets
+from state_backends.registry import backend_from_uri
 from integration_tests.source_helpers import barriers, produce, run_to_memory, wait_for
 from kafka_harness.tools import group_offsets as group_offsets_tool
 
@@ -75,7 +77,7 @@ def test_coordinator_mode_commits_the_completed_offsets_file(spark, bootstrap, k
             "kafka.group.id": group, "checkpoint.storage": storage,
             "execution.checkpointing.max-concurrent-checkpoints": "5"}
     # a coordinator completed checkpoint 1 at offset 6 (say, the sink acked only that far)
-    write_completed_offsets(storage, 1, 123, {topic: {0: 6}})
+    write_completed_offsets(backend_from_uri(storage), CompletedOffsets.of(1, 123, {topic: {0: 6}}))
     rows = run_to_memory(spark, opts, str(tmp_path / "chk"))
     assert len(barriers(rows)) == 2  # triggers are not blocked: 2 pending < 5
     wait_for(lambda: group_offsets(kafka_admin, group, topic, 1) == {0: 6})

@@ -186,7 +186,7 @@ def test_unreachable_broker_names_the_address_and_the_likely_causes(spark, tmp_p
     import socket
 
     from barrier_sink.transaction import broker_max_transaction_timeout_ms
-    from barrier_source.exceptions import BrokerUnreachableError
+    from barrier_core.exceptions import BrokerUnreachableError
 
     with socket.socket() as s:  # a loopback port nothing listens on
         s.bind(("127.0.0.1", 0))

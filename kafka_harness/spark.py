@@ -25,7 +25,7 @@ def build_spark(app_name: str = "barrier-kafka-tests", shuffle_partitions: int =
     names a standalone cluster (``spark://...``, see :mod:`kafka_harness.spark_cluster`)."""
     from pyspark.sql import SparkSession
 
-    import barrier_source
+    import barrier_kafka
 
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
@@ -40,5 +40,5 @@ def build_spark(app_name: str = "barrier-kafka-tests", shuffle_partitions: int =
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    barrier_source.register(spark)
+    barrier_kafka.register(spark)
     return spark

@@ -62,14 +62,14 @@ print(f"bootstrap servers: {BOOTSTRAP}\ninput topic:       {TOPIC}\nwork folder:
 # MAGIC %md
 # MAGIC ## Register the plugin
 # MAGIC
-# MAGIC `barrier_source.register(spark)` registers the `barrier-kafka` source and the two-phase-commit
+# MAGIC `barrier_kafka.register(spark)` registers the `barrier-kafka` source and the two-phase-commit
 # MAGIC sinks (`barrier-kafka`, `barrier-files`) with this SparkSession. It is idempotent.
 
 # COMMAND ----------
 
-import barrier_source
+import barrier_kafka
 
-barrier_source.register(spark)
+barrier_kafka.register(spark)
 
 # COMMAND ----------
 

@@ -55,9 +55,9 @@ print(f"input {INPUT_TOPIC} -> output {OUTPUT_TOPIC}\nstate backend {STORAGE}")
 
 # COMMAND ----------
 
-import barrier_source
+import barrier_kafka
 
-barrier_source.register(spark)
+barrier_kafka.register(spark)
 
 # COMMAND ----------
 

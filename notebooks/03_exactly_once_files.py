@@ -51,9 +51,9 @@ print(f"input {INPUT_TOPIC} -> files in {OUTPUT_PATH}\nstate backend {STORAGE}")
 
 # COMMAND ----------
 
-import barrier_source
+import barrier_kafka
 
-barrier_source.register(spark)
+barrier_kafka.register(spark)
 
 # COMMAND ----------
 

@@ -45,9 +45,9 @@ print(f"input {INPUT_TOPIC}\nwork folder {WORK_DIR}")
 
 # COMMAND ----------
 
-import barrier_source
+import barrier_kafka
 
-barrier_source.register(spark)
+barrier_kafka.register(spark)
 
 # COMMAND ----------
 

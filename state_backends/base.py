@@ -68,8 +68,13 @@ def checkpoint_dir(checkpoint_id: int) -> str:
     return f"chk-{checkpoint_id}"
 
 
+def operator_snapshot_name(operator_id: str, key_group: int) -> str:
+    """A key group's snapshot inside a checkpoint or savepoint folder: ``op-<id>/kg-<k>``."""
+    return f"op-{operator_id}/kg-{key_group}"
+
+
 def snapshot_path(checkpoint_id: int, operator_id: str, key_group: int) -> str:
-    return f"chk-{checkpoint_id}/op-{operator_id}/kg-{key_group}"
+    return f"{checkpoint_dir(checkpoint_id)}/{operator_snapshot_name(operator_id, key_group)}"
 
 
 def metadata_path(checkpoint_id: int) -> str:

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field, replace
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from state_backends.base import (METADATA_FILE, STATS_FILE, StateBackend,
-                                 checkpoint_dir, metadata_path, normalize_path, savepoint_dir,
+                                 checkpoint_dir, metadata_path, normalize_path,
+                                 operator_snapshot_name, savepoint_dir,
                                  SAVEPOINT_PREFIX)
 from state_backends.exceptions import (CheckpointMetadataError, CheckpointNotFoundError,
                                        MissingChunkError, SnapshotNotFoundError)
@@ -58,7 +59,8 @@ class CompletedCheckpointStore:
         (Flink's ``state.checkpoints.num-retained``; default 1).
     """
 
-    def __init__(self, backend: StateBackend, num_retained: int = 1) -> None:
+    def __init__(self, backend: StateBackend, num_retained: int = 1,
+                 cache_listing: bool = False) -> None:
         if num_retained < 1:
             from state_backends.exceptions import InvalidBackendOptionError
 
@@ -66,16 +68,40 @@ class CompletedCheckpointStore:
                 f"state.checkpoints.num-retained must be >= 1, got {num_retained}")
         self.backend = backend
         self.num_retained = num_retained
+        # (completed ids, every chk-<n> id) of one listing, kept while ``cache_listing``: for a
+        # short-lived user such as one commit worker, who sees its own writes through _note.
+        self._cache_listing = cache_listing
+        #: Ids below this left the stats history: retention deletes their stats too.
+        self.history_floor = 0
+        self._listing: Optional[Tuple[List[int], List[int]]] = None
 
     # ------------------------------------------------------------------ listing
+    def _scan(self) -> Tuple[List[int], List[int]]:
+        """One listing of the storage: ids with ``_metadata`` and ids of every ``chk-<n>``
+        folder (kept for later calls when ``cache_listing``)."""
+        if self._listing is None or not self._cache_listing:
+            completed, every = set(), set()
+            for p in self.backend.list(""):
+                head = p.split("/", 1)[0]
+                if head.startswith("chk-") and head[4:].isdigit():
+                    every.add(int(head[4:]))
+                    if _METADATA_RE.match(p):
+                        completed.add(int(head[4:]))
+            self._listing = (sorted(completed), sorted(every))
+        return self._listing
+
+    def _note(self, checkpoint_id: int, complete: bool) -> None:
+        """Keep the cached listing true after this store's own write or delete."""
+        if self._listing is None:
+            return
+        completed, every = (set(ids) for ids in self._listing)
+        every.add(checkpoint_id)
+        (completed.add if complete else completed.discard)(checkpoint_id)
+        self._listing = (sorted(completed), sorted(every))
+
     def completed_ids(self) -> List[int]:
         """Ids of completed checkpoints (``_metadata`` present), ascending. No parsing."""
-        ids = []
-        for p in self.backend.list(""):
-            m = _METADATA_RE.match(p)
-            if m:
-                ids.append(int(m.group(1)))
-        return sorted(ids)
+        return list(self._scan()[0])
 
     def latest_id(self) -> Optional[int]:
         ids = self.completed_ids()
@@ -83,8 +109,9 @@ class CompletedCheckpointStore:
 
     def incomplete_ids(self) -> List[int]:
         """Ids of ``chk-<n>`` folders without ``_metadata`` (debris or in progress)."""
-        done = set(self.completed_ids())
-        return [n for n in self.backend.checkpoint_ids_on_storage() if n not in done]
+        completed, every = self._scan()
+        done = set(completed)
+        return [n for n in every if n not in done]
 
     # ------------------------------------------------------------------ loading
     def _parse(self, path: str, checkpoint_id: Optional[int]) -> CheckpointMetadata:
@@ -165,13 +192,15 @@ class CompletedCheckpointStore:
         """Make ``meta.checkpoint_id`` complete: one atomic put of ``_metadata`` (the last write
         of a checkpoint), then apply retention. Idempotent."""
         self.backend.put(metadata_path(meta.checkpoint_id), meta.to_bytes())
+        self._note(meta.checkpoint_id, complete=True)
         logger.info("checkpoint %d: metadata written to %s", meta.checkpoint_id,
                     self.backend.location(metadata_path(meta.checkpoint_id)))
         self.retain()
 
     def retain(self) -> List[int]:
         """Discard completed checkpoints beyond the newest ``num_retained`` (savepoints are
-        kept). Returns the discarded ids."""
+        kept), with their stats when they already left the stats history (``history_floor``).
+        Returns the discarded ids."""
         ids = self.completed_ids()
         discarded = []
         for n in ids[:-self.num_retained]:
@@ -180,7 +209,7 @@ class CompletedCheckpointStore:
                     continue
             except CheckpointMetadataError:
                 pass  # unreadable and superseded: discard
-            self.discard(n)
+            self.discard(n, keep_stats=n >= self.history_floor)
             discarded.append(n)
         return discarded
 
@@ -190,25 +219,28 @@ class CompletedCheckpointStore:
         kept unless ``keep_stats`` is false. Idempotent."""
         base = checkpoint_dir(checkpoint_id)
         self.backend.delete_prefix(metadata_path(checkpoint_id))
+        self._note(checkpoint_id, complete=False)
         for p in self.backend.list(base):
             if keep_stats and p == f"{base}/{STATS_FILE}":
                 continue
             self.backend.delete_prefix(p)
         logger.debug("checkpoint %d: discarded from %s", checkpoint_id, self.backend.describe())
 
-    def discard_debris(self, in_progress: Iterable[int] = (), below: Optional[int] = None
-                       ) -> List[int]:
+    def discard_debris(self, in_progress: Iterable[int] = (), below: Optional[int] = None,
+                       above: int = 0) -> List[int]:
         """Delete blobs of incomplete checkpoints (failed, aborted, crashed) except the ids in
         ``in_progress``. Only ids below ``below`` (default: the latest completed id) are
-        touched, so snapshots still being written for a newer checkpoint survive.
-        Stats of failed checkpoints are kept. Returns the ids cleaned."""
+        touched, so snapshots still being written for a newer checkpoint survive, and above
+        ``above`` (the previous pass cleaned those), so a pass costs one listing per id
+        between two completions, not one per id in the history. Stats of failed checkpoints
+        are kept. Returns the ids cleaned."""
         keep = set(in_progress)
         limit = self.latest_id() if below is None else below
         cleaned = []
         if limit is None:
             return cleaned
         for n in self.incomplete_ids():
-            if n in keep or n >= limit:
+            if n in keep or n >= limit or n <= above:
                 continue
             paths = [p for p in self.backend.list(checkpoint_dir(n))
                      if not p.endswith("/" + STATS_FILE)]
@@ -219,6 +251,24 @@ class CompletedCheckpointStore:
                 logger.warning("checkpoint %d: discarded debris of an incomplete checkpoint "
                                "(%d objects)", n, len(paths))
         return cleaned
+
+    def prune_history(self, from_id: int, to_id: int) -> int:
+        """Forget checkpoints ``from_id..to_id`` (inclusive) that are not complete: their
+        ``chk-<n>`` folder (the stats of a failed or discarded checkpoint, any debris) is
+        deleted; completed ones (retained, or savepoints) are left alone. The caller passes
+        the ids that left the stats history since its last call, so the cost per checkpoint
+        stays constant however long the job runs. Returns how many folders were deleted."""
+        completed = set(self._scan()[0])
+        deleted = 0
+        for n in range(max(1, from_id), to_id + 1):
+            if n in completed:
+                continue
+            self.backend.delete_prefix(checkpoint_dir(n))
+            deleted += 1
+        if deleted and self._listing is not None:
+            gone = set(range(max(1, from_id), to_id + 1)) - completed
+            self._listing = (self._listing[0], [n for n in self._listing[1] if n not in gone])
+        return deleted
 
     # ------------------------------------------------------------------ savepoints
     def create_savepoint(self, name: str, checkpoint_id: Optional[int] = None,
@@ -254,7 +304,7 @@ class CompletedCheckpointStore:
             if h.inline is not None:
                 handles.append(h)
                 continue
-            path = f"{base}/op-{h.operator_id}/kg-{h.key_group}"
+            path = f"{base}/{operator_snapshot_name(h.operator_id, h.key_group)}"
             target.put(path, self.backend.read_snapshot(h))
             handles.append(replace(h, path=path))
         sp = replace(meta, operators=tuple(handles), is_savepoint=True,

@@ -1,7 +1,7 @@
 """Exceptions of the ``state_backends`` package.
 
 Every error derives from :class:`StateBackendError`, itself a
-:class:`barrier_source.exceptions.BarrierKafkaError`. Messages name the checkpoint and the path
+:class:`barrier_core.exceptions.BarrierKafkaError`. Messages name the checkpoint and the path
 (``file:///...`` or ``s3://bucket/key``) they concern and never contain credentials.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from barrier_source.exceptions import BarrierKafkaError, InvalidOptionError
+from barrier_core.exceptions import BarrierKafkaError, InvalidOptionError
 
 
 class StateBackendError(BarrierKafkaError):

@@ -1,17 +1,13 @@
 """Word count over a barrier-kafka stream, checkpointed per key group.
 
-Build the plan on the driver; the counting runs on executors. Run against Kafka::
-
-    python -m barrier_ops.examples.word_count --bootstrap 127.0.0.1:39092 --topic words \\
-        --state file:///tmp/wc-state --checkpoint /tmp/wc-chk
+Build the plan on the driver; the counting runs on executors. Feed it
+``spark.readStream.format("barrier-kafka")...load()`` (after ``barrier_kafka.register(spark)``).
 
 Each Kafka value is split on whitespace; the output has one row per word and epoch segment with
 the running count, plus ``ack`` and ``barrier`` control rows (``docs/internals/protocol.md``).
 """
 
 from __future__ import annotations
-
-import argparse
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -53,28 +49,3 @@ def keyed_count(df: DataFrame, key_col: str, state_backend, operator_id: str = "
     """Count records per ``key_col`` (e.g. the Kafka ``key``) with keyed state (driver)."""
     return keyed_process(df, key_col, CountPerKey(), OUTPUT_SCHEMA, operator_id=operator_id,
                          state_backend=state_backend, **kwargs)
-
-
-def main(argv=None) -> None:  # pragma: no cover - manual demo
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap", required=True)
-    parser.add_argument("--topic", required=True)
-    parser.add_argument("--state", required=True, help="state backend URI")
-    parser.add_argument("--checkpoint", required=True, help="Spark checkpointLocation")
-    parser.add_argument("--max-parallelism", type=int, default=128)
-    args = parser.parse_args(argv)
-
-    from kafka_harness.spark import build_spark
-
-    spark = build_spark("word-count", shuffle_partitions=4)
-    src = (spark.readStream.format("barrier-kafka")
-           .option("kafka.bootstrap.servers", args.bootstrap).option("subscribe", args.topic)
-           .option("startingOffsets", "earliest").load())
-    out = word_count(src, args.state, max_parallelism=args.max_parallelism)
-    query = (out.filter("kind = 'record'").writeStream.format("console")
-             .option("checkpointLocation", args.checkpoint).outputMode("append").start())
-    query.awaitTermination()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

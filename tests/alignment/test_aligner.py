@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pickle
 
-from barrier_source.alignment import (AbortReason, Barrier, BarrierAligner, CancellationBarrier,
-                                      CheckpointAborted, CheckpointTriggered, EndOfPartition,
-                                      Records, Released)
-from barrier_source.alignment.states import CollectingBarriers, WaitingForFirstBarrier
+from barrier_ops.alignment import (AbortReason, Barrier, BarrierAligner, CancellationBarrier,
+                                   CheckpointAborted, CheckpointTriggered, EndOfPartition,
+                                   Records, Released)
+from barrier_ops.alignment.states import CollectingBarriers, WaitingForFirstBarrier
 from tests.alignment.validators import CheckpointSequenceValidator, roundtrip
 
 AB = ("a:0", "b:0")

@@ -15,8 +15,8 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from barrier_source.alignment import (Barrier, BarrierAligner, BarrierTracker, CheckpointAborted,
-                                      CheckpointTriggered, EndOfPartition, Records, Released)
+from barrier_ops.alignment import (Barrier, BarrierAligner, BarrierTracker, CheckpointAborted,
+                                   CheckpointTriggered, EndOfPartition, Records, Released)
 from tests.alignment.validators import roundtrip
 
 SEEDS = list(range(60))

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from barrier_source.alignment import (Barrier, BarrierTracker, CancellationBarrier,
-                                      CheckpointTriggered, EndOfPartition, Records)
+from barrier_ops.alignment import (Barrier, BarrierTracker, CancellationBarrier,
+                                   CheckpointTriggered, EndOfPartition, Records)
 from tests.alignment.validators import CheckpointSequenceValidator, roundtrip
 
 AB = ("a:0", "b:0")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pickle
 from typing import List
 
-from barrier_source.alignment import CheckpointAborted, CheckpointTriggered, Released
+from barrier_ops.alignment import CheckpointAborted, CheckpointTriggered, Released
 
 
 class CheckpointSequenceValidator:

@@ -14,7 +14,7 @@ from barrier_ops.keygroups import key_group_of
 from barrier_ops.options import OperatorOptions
 from barrier_ops.runtime import CONTROL_COLUMNS, KeyGroupRuntime, build_events
 from barrier_ops.testing import make_script, reference_counts, script_frame, snapshot_values
-from barrier_source.alignment import Barrier, Records
+from barrier_ops.alignment import Barrier, Records
 from state_backends.filesystem import FilesystemStateBackend
 
 MAXP = 4

@@ -11,8 +11,8 @@ import json
 import sys
 import threading
 
-from barrier_source.coordinator import (CheckpointCoordinator, CoordinatorConfig, ManualClock,
-                                        TaskAcknowledgement)
+from barrier_coordinator import (CheckpointCoordinator, CoordinatorConfig, ManualClock,
+                                 TaskAcknowledgement)
 from state_backends.registry import backend_from_uri
 
 TASKS = [f"op:agg:kg:{k}" for k in range(3)] + ["sink"]

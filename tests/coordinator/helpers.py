@@ -5,8 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import List, Tuple
 
-from barrier_source.coordinator import (CheckpointCoordinator, CoordinatorConfig, ManualClock,
-                                        TaskAcknowledgement)
+from barrier_coordinator import (CheckpointCoordinator, CoordinatorConfig, ManualClock,
+                                 TaskAcknowledgement)
 from state_backends.memory import MemoryStateBackend
 
 

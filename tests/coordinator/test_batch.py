@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from barrier_source.coordinator import ManualClock
-from barrier_source.coordinator.batch import SINK_BARRIER_TASK, operator_task_id, sink_task_id
+from barrier_coordinator import ManualClock
+from barrier_coordinator.batch import SINK_BARRIER_TASK, operator_task_id, sink_task_id
 from tests.coordinator.helpers import (CheckpointSequenceValidator, memory_backend,
                                        new_coordinator)
 

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from barrier_source.coordinator import (AcknowledgeResult, CheckpointException,
-                                        CheckpointFailureReason, ManualClock, PendingStatus)
-from barrier_source.coordinator.durable import STATE_PATH, pending_path
+from barrier_coordinator import (AcknowledgeResult, CheckpointException,
+                                 CheckpointFailureReason, ManualClock, PendingStatus)
+from barrier_coordinator.durable import STATE_PATH, pending_path
 from state_backends.base import metadata_path, stats_path
 from state_backends.exceptions import StateBackendError
 from state_backends.stats import COMPLETED, FAILED, read_stats

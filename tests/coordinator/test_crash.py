@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from barrier_source.coordinator import CheckpointCoordinator, CoordinatorConfig, ManualClock
+from barrier_coordinator import CheckpointCoordinator, CoordinatorConfig, ManualClock
 from state_backends.checkpoint_store import CompletedCheckpointStore
 from state_backends.registry import backend_from_uri
 from tests.coordinator.crash_worker import run_checkpoint, state

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from barrier_source.coordinator import CheckpointCoordinator, CoordinatorConfig, ManualClock
+from barrier_coordinator import CheckpointCoordinator, CoordinatorConfig, ManualClock
 from state_backends.filesystem import FilesystemStateBackend
 
 

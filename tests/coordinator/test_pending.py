@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from barrier_source.coordinator import (AcknowledgeResult, CheckpointFailureReason,
-                                        IllegalTransitionError, PendingCheckpoint, PendingStatus,
-                                        TaskAcknowledgement)
+from barrier_coordinator import (AcknowledgeResult, CheckpointFailureReason,
+                                 IllegalTransitionError, PendingCheckpoint, PendingStatus,
+                                 TaskAcknowledgement)
 from state_backends.base import SnapshotHandle
 
 TASKS = ["op:agg:kg:0", "op:agg:kg:1", "sink"]

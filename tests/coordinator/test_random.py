@@ -8,15 +8,16 @@ import random
 
 import pytest
 
-from barrier_source.coordinator import (AcknowledgeResult, CheckpointCoordinator,
-                                        CheckpointFailureReason, CoordinatorConfig, ManualClock,
-                                        TaskAcknowledgement)
+from barrier_coordinator import (AcknowledgeResult, CheckpointCoordinator,
+                                 CheckpointFailureReason, CoordinatorConfig, ManualClock,
+                                 TaskAcknowledgement)
 from state_backends.base import STATS_FILE
 from state_backends.filesystem import FilesystemStateBackend
 from state_backends.stats import COMPLETED, FAILED, read_stats
 
 TIMEOUT_MS = 1_000
 RETAINED = 2
+HISTORY = 4  # web.checkpoints.history: small, so ids leave it during the run
 
 
 class Model:
@@ -54,7 +55,8 @@ class Model:
 def build(backend, clock, model):
     return CheckpointCoordinator(
         backend, CoordinatorConfig(checkpoint_timeout_ms=TIMEOUT_MS,
-                                   tolerable_failed_checkpoints=None, num_retained=RETAINED),
+                                   tolerable_failed_checkpoints=None, num_retained=RETAINED,
+                                   stats_history=HISTORY),
         clock, [model])
 
 
@@ -76,10 +78,18 @@ def check_invariants(c, backend, clock, model):
     for n in on_storage:
         meta = c.store.load(n)  # verifies every chunk exists
         assert meta.is_savepoint == (n in model.savepoints)
+    pruned_below = c.state.history_pruned_below
     for n in model.aborted:
         leftovers = [p for p in backend.list(f"chk-{n}") if not p.endswith(STATS_FILE)]
         assert leftovers == [], f"aborted checkpoint {n} left {leftovers}"
-        assert read_stats(backend, n).status == FAILED
+        if n >= pruned_below:
+            assert read_stats(backend, n).status == FAILED
+    # Ids that left the stats history (web.checkpoints.history) leave nothing behind, unless
+    # they are retained completed checkpoints; the history keeps the newest ids.
+    ids_on_storage = {int(p.split("/")[0][4:]) for p in backend.list("") if p.startswith("chk-")}
+    assert {n for n in ids_on_storage if n < pruned_below} <= set(on_storage)
+    assert pruned_below <= max([1] + model.completed + list(model.aborted)) - HISTORY + 1 \
+        or pruned_below == 1
     for n in model.completed[-RETAINED:]:
         assert read_stats(backend, n).status == COMPLETED
 
@@ -130,6 +140,12 @@ def test_random_interleavings(seed, tmp_path):
                 assert result is AcknowledgeResult.UNKNOWN
             elif n in model.aborted:
                 assert result is AcknowledgeResult.DISCARDED
+            elif n in model.completed and n < c.state.history_pruned_below \
+                    and n not in c.store.completed_ids():
+                # completed, retained away and out of the stats history: nothing tells it
+                # from a discarded one any more, so its late state is deleted (harmless)
+                assert result in (AcknowledgeResult.DUPLICATE, AcknowledgeResult.DISCARDED,
+                                  AcknowledgeResult.UNKNOWN)
             elif already:
                 assert result is AcknowledgeResult.DUPLICATE
             elif task not in model.expected[n]:
@@ -145,6 +161,7 @@ def test_random_interleavings(seed, tmp_path):
         check_invariants(c, backend, clock, model)
     # The run exercised every kind of outcome.
     assert model.completed and model.aborted
+    assert c.state.history_pruned_below > 1  # ids left the stats history and were pruned
     assert all(counts[r] > 0 for r in AcknowledgeResult), counts
     reasons = set(model.aborted.values())
     assert CheckpointFailureReason.CHECKPOINT_EXPIRED in reasons

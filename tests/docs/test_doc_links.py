@@ -38,3 +38,14 @@ def test_readme_links_every_user_doc():
     readme = (ROOT / "README.md").read_text()
     for doc in sorted((ROOT / "docs").glob("*.md")):
         assert f"docs/{doc.name}" in readme, f"README's Documentation line misses {doc.name}"
+
+
+CITED_FILE = re.compile(r"\b([a-z_]+(?:/[a-z_]+)+\.py)\b")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+def test_cited_source_files_exist(page):
+    """A module cited as ``package/module.py`` exists (the protocol page cited moved files)."""
+    missing = [p for p in sorted(set(CITED_FILE.findall(page.read_text())))
+               if not (ROOT / p).exists()]
+    assert missing == [], f"{page.name} cites files that do not exist: {missing}"

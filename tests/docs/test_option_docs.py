@@ -34,7 +34,7 @@ def test_committed_page_equals_regenerated(page):
 
 
 def test_source_page_holds_the_source_option_table():
-    from barrier_source.option_spec import options_markdown
+    from barrier_core.option_spec import options_markdown
     from barrier_source.options import SOURCE_OPTIONS
 
     assert options_markdown(SOURCE_OPTIONS) in gen_docs.source_options_page()

@@ -11,7 +11,7 @@ import pytest
 
 from barrier_sink.committer import SinkCommitter
 from barrier_sink.messages import SinkCommitMessage
-from barrier_source.coordinator import CheckpointCoordinator, CoordinatorConfig, ManualClock
+from barrier_coordinator import CheckpointCoordinator, CoordinatorConfig, ManualClock
 from state_backends.memory import MemoryStateBackend, clear_memory_backend
 
 

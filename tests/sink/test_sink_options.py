@@ -96,8 +96,8 @@ def test_sink_reads_the_sources_checkpoint_settings_and_refuses_a_contradiction(
     """Issue 12, hole 3: the guard used the sink's own interval option (default 0), a second
     copy of the source's that nothing checked. Now the source records its settings in
     checkpoint.storage and the sink sizes the guard by them."""
-    from barrier_source.checkpoint_settings import (CheckpointSettings, read_settings,
-                                                    record_settings)
+    from barrier_core.checkpoint_settings import (CheckpointSettings, read_settings,
+                                                  record_settings)
     from state_backends.registry import backend_from_uri
 
     storage = str(tmp_path / "storage")

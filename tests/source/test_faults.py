@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from barrier_source import faults
-from barrier_source.faults import FaultPoint, InjectedFailure, fault_env, fault_point
+from barrier_core import faults
+from barrier_core.faults import FaultPoint, InjectedFailure, fault_env, fault_point
 
 
 @pytest.fixture

@@ -2,8 +2,8 @@
 
 import pytest
 
-from barrier_source.exceptions import InvalidOptionError
-from barrier_source.option_spec import options_markdown, redact
+from barrier_core.exceptions import InvalidOptionError
+from barrier_core.option_spec import options_markdown, redact
 from barrier_source.options import SOURCE_OPTIONS, SourceOptions
 
 BASE = {"kafka.bootstrap.servers": "h:9092", "subscribe": "a,b"}

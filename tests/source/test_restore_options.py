@@ -2,7 +2,7 @@
 
 import pytest
 
-from barrier_source.exceptions import InvalidOptionError
+from barrier_core.exceptions import InvalidOptionError
 from barrier_source.offsets import SourceOffset
 from barrier_source.options import SourceOptions, parse_restore_spec
 from barrier_source.trigger import CheckpointTrigger, TriggerDecision, TriggerState

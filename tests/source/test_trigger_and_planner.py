@@ -90,7 +90,7 @@ def test_a_vanished_channel_gets_its_owed_barrier_as_end_of_partition():
     import pyarrow as pa
 
     from barrier_source.reader import BarrierKafkaStreamReader
-    from barrier_source.schema import source_schema
+    from barrier_core.schema import source_schema
 
     prev = SourceOffset({"t": {0: 0}, "gone": {0: 0}})
     plan = plan_end_offset(prev, prev.offsets, {"t": {0: 10}, "gone": {0: 10}}, {}, D.TRIGGER,

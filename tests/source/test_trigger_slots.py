@@ -6,8 +6,8 @@ pre-committing transactions that no checkpoint would ever commit."""
 
 from __future__ import annotations
 
-from barrier_source.coordinator import CheckpointCoordinator, CoordinatorConfig, ManualClock
-from barrier_source.coordinator.durable import checkpoint_progress
+from barrier_coordinator import CheckpointCoordinator, CoordinatorConfig, ManualClock
+from barrier_coordinator.durable import checkpoint_progress
 from barrier_source.trigger import CheckpointTrigger, TriggerDecision, TriggerState
 from state_backends.filesystem import FilesystemStateBackend
 

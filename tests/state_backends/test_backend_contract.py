@@ -114,7 +114,7 @@ def test_normalize_path():
 
 
 def test_state_backend_error_root():
-    from barrier_source.exceptions import BarrierKafkaError
+    from barrier_core.exceptions import BarrierKafkaError
 
     assert issubclass(StateBackendError, BarrierKafkaError)
     assert issubclass(SnapshotNotFoundError, StateBackendError)

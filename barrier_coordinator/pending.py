@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from barrier_source.coordinator.completed import CompletedCheckpoint
-from barrier_source.coordinator.exceptions import IllegalTransitionError
-from barrier_source.coordinator.failure import CheckpointFailureReason
+from barrier_coordinator.completed import CompletedCheckpoint
+from barrier_coordinator.exceptions import IllegalTransitionError
+from barrier_coordinator.failure import CheckpointFailureReason
 from state_backends.base import SnapshotHandle
 from state_backends.metadata import Offsets, normalize_offsets
 

@@ -16,8 +16,8 @@ import time
 from collections import deque
 from typing import Callable, Deque, Dict, Iterable, List, Optional, Set
 
-from barrier_source.alignment.events import (Barrier, CancellationBarrier, EndOfPartition, Records,
-                                             Released)
+from barrier_ops.alignment.events import (Barrier, CancellationBarrier, EndOfPartition, Records,
+                                          Released)
 
 logger = logging.getLogger(__name__)
 

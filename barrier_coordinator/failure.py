@@ -15,7 +15,7 @@ import logging
 from enum import Enum
 from typing import Dict, Optional
 
-from barrier_source.exceptions import BarrierKafkaError
+from barrier_core.exceptions import BarrierKafkaError
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class CheckpointFailureManager:
 
     def __init__(self, tolerable_failed_checkpoints: Optional[int] = 0) -> None:
         if tolerable_failed_checkpoints is not None and tolerable_failed_checkpoints < 0:
-            from barrier_source.exceptions import InvalidOptionError
+            from barrier_core.exceptions import InvalidOptionError
 
             raise InvalidOptionError(
                 "execution.checkpointing.tolerable-failed-checkpoints must be >= 0, got "

@@ -1,10 +1,10 @@
-"""Exceptions of the checkpoint coordinator (``barrier_source.coordinator``).
+"""Exceptions of the checkpoint coordinator (``barrier_coordinator``).
 
 ``CheckpointException`` (a failed checkpoint or too many of them) lives in
-:mod:`barrier_source.coordinator.failure` beside ``CheckpointFailureReason``.
+:mod:`barrier_coordinator.failure` beside ``CheckpointFailureReason``.
 """
 
-from barrier_source.exceptions import BarrierKafkaError
+from barrier_core.exceptions import BarrierKafkaError
 
 
 class CoordinatorError(BarrierKafkaError):

@@ -4,7 +4,7 @@ kafka-python reports a broker it cannot reach, a listener that speaks another pr
 untrusted certificate alike, as a timeout while constructing the client ("Unable to bootstrap
 from ..."; ``NoBrokersAvailable`` in older releases). Every client the
 plugin creates goes through :func:`kafka_client`, which turns that into a
-:class:`~barrier_source.exceptions.BrokerUnreachableError` naming the bootstrap address, the
+:class:`~barrier_core.exceptions.BrokerUnreachableError` naming the bootstrap address, the
 security protocol and the likely causes. Secrets in the configuration are never part of it.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, TypeVar
 
-from barrier_source.exceptions import BrokerUnreachableError
+from barrier_core.exceptions import BrokerUnreachableError
 
 T = TypeVar("T")
 

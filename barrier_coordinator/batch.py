@@ -33,13 +33,14 @@ completes early. Expected tasks of checkpoint n = every key group of every opera
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import defaultdict
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
-from barrier_source.coordinator.completed import CompletedCheckpoint
-from barrier_source.coordinator.pending import TaskAcknowledgement
+from barrier_core.ack import Acknowledgement
+from barrier_core.schema import split_channel
+from barrier_coordinator.completed import CompletedCheckpoint
+from barrier_coordinator.pending import TaskAcknowledgement
 from state_backends.base import SnapshotHandle
 
 logger = logging.getLogger(__name__)
@@ -70,38 +71,27 @@ def kafka_offsets(offsets) -> Dict[str, Dict[str, int]]:
 
 def _channel_offsets(channel: str, offset) -> Dict[str, Dict[str, int]]:
     # Only source channels carry offsets to commit and restore from.
-    topic, _, partition = str(channel).rpartition(":")
+    topic, partition = split_channel(channel)
     if not is_kafka_topic(topic) or offset is None:
         return {}
-    return {topic: {partition: int(offset)}}
+    return {topic: {str(partition): int(offset)}}
 
 
 def parse_ack(raw) -> Tuple[int, str, str, int, TaskAcknowledgement, Optional[int]]:
     """``(checkpoint_id, task_id, operator_id, num_key_groups, ack, checkpoint_timestamp)`` of
     one ack row (only Kafka offsets are kept)."""
-    d = json.loads(raw) if isinstance(raw, (str, bytes)) else dict(raw)
-    snap = d.get("snapshot")
-    snapshots = (SnapshotHandle.from_json(snap),) if snap else ()
-    metrics = {k: v for k, v in (d.get("metrics") or {}).items() if isinstance(v, (int, float))}
-    ack = TaskAcknowledgement(snapshots, kafka_offsets(d.get("offsets")), metrics)
-    return (int(d["checkpoint_id"]), operator_task_id(d["operator_id"], int(d["key_group"])),
-            d["operator_id"], int(d.get("num_key_groups") or 0), ack,
-            d.get("checkpoint_timestamp"))
+    a = Acknowledgement.from_json(raw)
+    snapshots = (SnapshotHandle.from_json(a.snapshot),) if a.snapshot else ()
+    ack = TaskAcknowledgement(snapshots, kafka_offsets(a.offsets), a.metrics.reported())
+    return (a.checkpoint_id, operator_task_id(a.operator_id, a.key_group), a.operator_id,
+            a.num_key_groups, ack, a.checkpoint_timestamp)
 
 
 def fold_batch(coordinator, batch_id: int, barriers: Iterable[dict], acks: Iterable,
                handles: Iterable[dict] = ()) -> Optional[CompletedCheckpoint]:
     """Fold batch ``batch_id`` into ``coordinator``; see the module docstring."""
-    state = coordinator.state
     # Step 1. Parse.
     parsed = [parse_ack(a) for a in acks]
-    operators = dict(coordinator.config.operators)
-    learned = False
-    for _n, _t, op, nkg, _a, _ts in parsed:
-        if nkg and state.known_operators.get(op) != nkg:
-            state.known_operators[op] = nkg
-            learned = True
-    operators.update(state.known_operators)
     channels: Dict[int, Set[str]] = defaultdict(set)
     arrived: Dict[int, List[dict]] = defaultdict(list)
     timestamps: Dict[int, int] = {}
@@ -120,41 +110,38 @@ def fold_batch(coordinator, batch_id: int, barriers: Iterable[dict], acks: Itera
             by_epoch[int(h["checkpoint_id"])].append(h)
     mentioned = sorted(set(channels) | {n for n, *_ in parsed})
     before = coordinator.last_completed_id
-    coordinator._current_batch = batch_id
-    try:
-        with coordinator.deferred():
-            if learned:
-                coordinator._state_dirty = True
-            # Expiry is checked on every batch, also one that mentions no checkpoint (Flink's
-            # timeout timer fires whether data flows or not).
-            coordinator.abort_expired_checkpoints()
-            # Step 2. Trigger.
-            expected_ops = {operator_task_id(op, k) for op, nkg in operators.items()
-                            for k in range(nkg)}
-            for n in mentioned:
-                ts = timestamps.get(n)
-                if ts is None:
-                    existing = coordinator.get_pending(n)
-                    ts = existing.timestamp_ms if existing else coordinator.clock.now_ms()
-                expected = expected_ops | {SINK_BARRIER_TASK} | {
-                    sink_task_id(c) for c in channels.get(n, ())}
-                coordinator.trigger(n, ts, expected)
-            # Step 3. Sink handles.
-            for n, hs in sorted(by_epoch.items()):
-                coordinator.add_sink_transactions(n, hs)
-            # Step 4. Acknowledge.
-            for n, task, _op, _nkg, ack, _ts in parsed:
-                coordinator.receive_acknowledge(n, task, ack)
-            for n in sorted(arrived):
-                coordinator.receive_acknowledge(n, SINK_BARRIER_TASK)
-                for b in arrived[n]:
-                    ack = TaskAcknowledgement(offsets=_channel_offsets(b["channel"], b["offset"]))
-                    coordinator.receive_acknowledge(n, sink_task_id(b["channel"]), ack)
-            # A checkpoint whose last ack came in an earlier attempt whose finalisation raised
-            # (a failed _metadata put): its acks are duplicates now, so complete it here.
-            coordinator.complete_fully_acknowledged()
-    finally:
-        coordinator._current_batch = None
+    with coordinator.folding_batch(batch_id):
+        for _n, _t, op, nkg, _a, _ts in parsed:
+            coordinator.learn_operator(op, nkg)
+        operators = coordinator.expected_operators
+        # Expiry is checked on every batch, also one that mentions no checkpoint (Flink's
+        # timeout timer fires whether data flows or not).
+        coordinator.abort_expired_checkpoints()
+        # Step 2. Trigger.
+        expected_ops = {operator_task_id(op, k) for op, nkg in operators.items()
+                        for k in range(nkg)}
+        for n in mentioned:
+            ts = timestamps.get(n)
+            if ts is None:
+                existing = coordinator.get_pending(n)
+                ts = existing.timestamp_ms if existing else coordinator.clock.now_ms()
+            expected = expected_ops | {SINK_BARRIER_TASK} | {
+                sink_task_id(c) for c in channels.get(n, ())}
+            coordinator.trigger(n, ts, expected)
+        # Step 3. Sink handles.
+        for n, hs in sorted(by_epoch.items()):
+            coordinator.add_sink_transactions(n, hs)
+        # Step 4. Acknowledge.
+        for n, task, _op, _nkg, ack, _ts in parsed:
+            coordinator.receive_acknowledge(n, task, ack)
+        for n in sorted(arrived):
+            coordinator.receive_acknowledge(n, SINK_BARRIER_TASK)
+            for b in arrived[n]:
+                ack = TaskAcknowledgement(offsets=_channel_offsets(b["channel"], b["offset"]))
+                coordinator.receive_acknowledge(n, sink_task_id(b["channel"]), ack)
+        # A checkpoint whose last ack came in an earlier attempt whose finalisation raised
+        # (a failed _metadata put): its acks are duplicates now, so complete it here.
+        coordinator.complete_fully_acknowledged()
     # Step 5. What to notify.
     latest = coordinator.latest_completed()
     if latest is None:

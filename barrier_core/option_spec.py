@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, List, Mapping, Optional, Sequence, Type
 
-from barrier_source.exceptions import InvalidOptionError
+from barrier_core.exceptions import InvalidOptionError
 
 #: Substrings of option names whose values are secrets: never in repr, logs or errors.
 SECRET_MARKERS = ("password", "secret", "jaas", "token", "credential", "access.key",

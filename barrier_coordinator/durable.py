@@ -20,8 +20,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List
 
-from barrier_source.coordinator.exceptions import CoordinatorStateError
-from barrier_source.coordinator.pending import PendingCheckpoint
+from barrier_coordinator.exceptions import CoordinatorStateError
+from barrier_coordinator.pending import PendingCheckpoint
 from state_backends.base import PENDING_PREFIX, StateBackend
 from state_backends.exceptions import SnapshotNotFoundError
 
@@ -45,6 +45,7 @@ class CoordinatorState:
     failures: Dict[str, Any] = field(default_factory=dict)       # CheckpointFailureManager
     known_operators: Dict[str, int] = field(default_factory=dict)  # op -> num key groups
     early_transactions: Dict[int, List[Any]] = field(default_factory=dict)  # epoch -> handles
+    history_pruned_below: int = 1  # chk-<m> folders of incomplete ids below this are gone
 
     def to_json(self) -> dict:
         return {"version": STATE_VERSION, "last_completed_id": self.last_completed_id,
@@ -54,7 +55,8 @@ class CoordinatorState:
                 "failures": self.failures, "known_operators": dict(sorted(
                     self.known_operators.items())),
                 "early_transactions": {str(k): v for k, v in
-                                       sorted(self.early_transactions.items())}}
+                                       sorted(self.early_transactions.items())},
+                "history_pruned_below": self.history_pruned_below}
 
     @classmethod
     def from_json(cls, d: dict) -> "CoordinatorState":
@@ -63,7 +65,8 @@ class CoordinatorState:
                    {int(k): v for k, v in (d.get("aborted") or {}).items()},
                    dict(d.get("failures") or {}),
                    {k: int(v) for k, v in (d.get("known_operators") or {}).items()},
-                   {int(k): list(v) for k, v in (d.get("early_transactions") or {}).items()})
+                   {int(k): list(v) for k, v in (d.get("early_transactions") or {}).items()},
+                   int(d.get("history_pruned_below", 1)))
 
 
 class DurablePendingStore:

@@ -17,6 +17,8 @@ Every row has a ``kind``:
 
 from __future__ import annotations
 
+from typing import Tuple
+
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType,
                                StructField, StructType, TimestampType)
 
@@ -56,3 +58,10 @@ def source_schema(include_headers: bool = False) -> StructType:
 def channel_name(topic: str, partition: int) -> str:
     """Channel id used in ``barrier_channels`` and by the aligners: ``"topic:partition"``."""
     return f"{topic}:{partition}"
+
+
+def split_channel(channel: str) -> Tuple[str, int]:
+    """``"topic:partition"`` -> ``(topic, partition)``; topics may contain ':' (operator output
+    channels ``op:<id>:<key group>``), partitions never do."""
+    topic, _, partition = str(channel).rpartition(":")
+    return topic, int(partition)

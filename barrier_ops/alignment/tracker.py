@@ -26,10 +26,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from barrier_source.alignment.events import (AbortReason, Barrier, BarrierOutcome,
-                                             CancellationBarrier, CheckpointAborted,
-                                             CheckpointTriggered)
-from barrier_source.alignment.handler import BarrierHandler
+from barrier_ops.alignment.events import (AbortReason, Barrier, BarrierOutcome,
+                                          CancellationBarrier, CheckpointAborted,
+                                          CheckpointTriggered)
+from barrier_ops.alignment.handler import BarrierHandler
 
 logger = logging.getLogger(__name__)
 

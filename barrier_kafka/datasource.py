@@ -1,7 +1,9 @@
-"""The ``barrier-kafka`` PySpark data source: factory for the stream reader and the
-two-phase-commit stream writer.
+"""The PySpark data sources of the plugin: ``barrier-kafka`` (the source's stream reader and the
+exactly-once Kafka sink's writer, one short name as Spark's own Kafka connector) and
+``barrier-files``.
 
 Instances are created on the driver and pickled to executors; ``__init__`` only stores options.
+This module sits above the source and the sinks, so neither imports the other.
 """
 
 from __future__ import annotations
@@ -10,30 +12,32 @@ from typing import List, Type
 
 from pyspark.sql.datasource import DataSource
 
+from barrier_core.schema import source_schema
+from barrier_sink.file_sink import FileTwoPhaseCommitWriter
+from barrier_sink.kafka_sink import KafkaTwoPhaseCommitWriter
+from barrier_source.options import SourceOptions
+from barrier_source.reader import BarrierKafkaStreamReader
+
 
 class BarrierKafkaDataSource(DataSource):
     """``spark.readStream.format("barrier-kafka")`` (and ``writeStream`` to the Kafka 2PC sink)."""
 
     @classmethod
     def name(cls) -> str:
+        """Short name of ``format("barrier-kafka")`` (driver, at registration)."""
         return "barrier-kafka"
 
     def schema(self):
-        from barrier_source.schema import source_schema
-        from barrier_source.options import SourceOptions
-
+        """The source's row schema (driver: the user's process, when the query is defined)."""
         return source_schema(include_headers=SourceOptions.from_options(self.options).include_headers)
 
     def streamReader(self, schema):
-        from barrier_source.reader import BarrierKafkaStreamReader
-
+        """The stream reader (driver planner worker; Spark pickles it to executors for ``read``)."""
         return BarrierKafkaStreamReader(self.options, schema)
 
     def streamWriter(self, schema, overwrite):
         """The exactly-once Kafka sink (driver). Spark calls this before every batch's tasks and
         in the commit worker; the first call in a process finishes interrupted commits."""
-        from barrier_sink.kafka_sink import KafkaTwoPhaseCommitWriter
-
         writer = KafkaTwoPhaseCommitWriter(self.options, schema)
         writer.recover_once()
         return writer
@@ -44,16 +48,17 @@ class BarrierFilesDataSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        """Short name of ``format("barrier-files")`` (driver, at registration)."""
         return "barrier-files"
 
     def streamWriter(self, schema, overwrite):
-        from barrier_sink.file_sink import FileTwoPhaseCommitWriter
-
+        """The exactly-once Parquet writer (driver: before each batch's tasks and in the commit
+        worker; the first call in a process finishes interrupted commits)."""
         writer = FileTwoPhaseCommitWriter(self.options, schema)
         writer.recover_once()
         return writer
 
 
 def data_sources() -> List[Type[DataSource]]:
-    """Every data source class :func:`barrier_source.register` registers."""
+    """Every data source class :func:`barrier_kafka.register` registers."""
     return [BarrierKafkaDataSource, BarrierFilesDataSource]

@@ -4,7 +4,7 @@ notification (driver).
 Runs on the driver, in practice inside the two-phase-commit sink's ``writer.commit`` (a
 short-lived PySpark worker). It therefore keeps nothing important in memory: a coordinator is
 built from the state backend at every call (``CheckpointCoordinator(backend, config)`` loads the
-``pending/`` area, see :mod:`barrier_source.coordinator.durable`) and writes back what changed
+``pending/`` area, see :mod:`barrier_coordinator.durable`) and writes back what changed
 before returning. Every operation is idempotent, because Spark replays a batch (and calls
 ``commit`` again) after a crash.
 
@@ -31,61 +31,26 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Mapping, Optional, Protocol
+from typing import Dict, Iterable, List, Optional
 
-from barrier_source.coordinator.clock import Clock, SystemClock
-from barrier_source.coordinator.completed import CompletedCheckpoint
-from barrier_source.coordinator.durable import CoordinatorState, DurablePendingStore
-from barrier_source.coordinator.failure import (CheckpointException, CheckpointFailureManager,
-                                                CheckpointFailureReason)
-from barrier_source.faults import FaultPoint, fault_point
-from barrier_source.coordinator.pending import (AcknowledgeResult, PendingCheckpoint,
-                                                TaskAcknowledgement)
+from barrier_core.faults import FaultPoint, fault_point
+from barrier_coordinator.batch import fold_batch
+from barrier_coordinator.checkpoint_stats import checkpoint_stats
+from barrier_coordinator.clock import Clock, SystemClock
+from barrier_coordinator.completed import CompletedCheckpoint
+from barrier_coordinator.config import CheckpointListener, CoordinatorConfig
+from barrier_coordinator.durable import CoordinatorState, DurablePendingStore
+from barrier_coordinator.failure import (CheckpointException, CheckpointFailureManager,
+                                         CheckpointFailureReason)
+from barrier_coordinator.pending import (AcknowledgeResult, PendingCheckpoint,
+                                         TaskAcknowledgement)
 from state_backends.base import StateBackend, metadata_path
 from state_backends.checkpoint_store import CompletedCheckpointStore
 from state_backends.exceptions import CheckpointMetadataError, StateBackendError
 from state_backends.metadata import Offsets
-from state_backends.stats import COMPLETED, FAILED, CheckpointStats, read_stats, write_stats
+from state_backends.stats import COMPLETED, read_stats, write_stats
 
 logger = logging.getLogger(__name__)
-
-
-class CheckpointListener(Protocol):
-    """Receives checkpoint outcomes (source offset commit, sink transaction commit).
-
-    Both methods may be called more than once for the same checkpoint (batch replay): they
-    must be idempotent. Completion of n is notified before the aborts of the older pending
-    checkpoints it subsumed; a ``CHECKPOINT_SUBSUMED`` abort means that checkpoint's data is
-    covered by n (commit everything <= n), never that it must be rolled back.
-    """
-
-    def notify_checkpoint_complete(self, checkpoint_id: int,
-                                   completed: CompletedCheckpoint) -> None: ...
-
-    def notify_checkpoint_aborted(self, checkpoint_id: int,
-                                  reason: CheckpointFailureReason) -> None: ...
-
-
-@dataclass(frozen=True)
-class CoordinatorConfig:
-    """Coordinator settings, named after Flink's checkpoint config.
-
-    ``operators``: declared ``{operator_id: num_key_groups}`` whose key groups every checkpoint
-    expects (``on_batch`` also learns operators from their acks).
-    """
-
-    checkpoint_timeout_ms: int = 600_000
-    tolerable_failed_checkpoints: Optional[int] = 0
-    num_retained: int = 1
-    operators: Mapping[str, int] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.checkpoint_timeout_ms <= 0:
-            from barrier_source.exceptions import InvalidOptionError
-
-            raise InvalidOptionError("execution.checkpointing.timeout must be > 0 ms, got "
-                                     f"{self.checkpoint_timeout_ms}")
 
 
 class CheckpointCoordinator:
@@ -108,7 +73,9 @@ class CheckpointCoordinator:
         self.config = config or CoordinatorConfig()
         self.clock = clock or SystemClock()
         self.listeners: List[CheckpointListener] = list(listeners)
-        self.store = CompletedCheckpointStore(backend, self.config.num_retained)
+        # One listing per commit worker: this coordinator lives for one writer.commit.
+        self.store = CompletedCheckpointStore(backend, self.config.num_retained,
+                                              cache_listing=True)
         self._durable = DurablePendingStore(backend)
         self.failure_manager = CheckpointFailureManager(self.config.tolerable_failed_checkpoints)
         self._dirty: set = set()
@@ -117,6 +84,7 @@ class CheckpointCoordinator:
         self._depth = 0
         self._current_batch: Optional[int] = None
         self.state: CoordinatorState = self._durable.load_state()
+        self.store.history_floor = self.state.history_pruned_below
         self.failure_manager.load_json(self.state.failures)
         self._pending: Dict[int, PendingCheckpoint] = self._durable.load_pending()
         self._reconcile()
@@ -124,7 +92,8 @@ class CheckpointCoordinator:
     # ------------------------------------------------------------------ persistence
     @contextlib.contextmanager
     def deferred(self):
-        """Group several operations into one write-back (used by ``on_batch``)."""
+        """Group several operations into one write-back (used by ``on_batch``).
+        Runs in the driver commit worker."""
         self._depth += 1
         try:
             yield self
@@ -133,8 +102,32 @@ class CheckpointCoordinator:
             if self._depth == 0:
                 self.flush()
 
+    @contextlib.contextmanager
+    def folding_batch(self, batch_id: int):
+        """Operations of Spark batch ``batch_id``: completions record it as their completion
+        batch; one write-back at the end (driver commit worker)."""
+        self._current_batch = batch_id
+        try:
+            with self.deferred():
+                yield self
+        finally:
+            self._current_batch = None
+
+    def learn_operator(self, operator_id: str, num_key_groups: int) -> None:
+        """Remember an operator seen in an ack: its key groups are expected from now on.
+        Runs in the driver commit worker."""
+        if num_key_groups and self.state.known_operators.get(operator_id) != num_key_groups:
+            self.state.known_operators[operator_id] = num_key_groups
+            self._state_dirty = True
+
+    @property
+    def expected_operators(self) -> Dict[str, int]:
+        """Declared operators plus the ones learned from acks: ``{operator_id: key groups}``.
+        Runs in the driver commit worker."""
+        return {**self.config.operators, **self.state.known_operators}
+
     def flush(self) -> None:
-        """Persist changed pending checkpoints and the coordinator state."""
+        """Persist changed pending checkpoints and the coordinator state (driver commit worker)."""
         for n in sorted(self._dirty):
             p = self._pending.get(n)
             if p is not None:
@@ -174,29 +167,36 @@ class CheckpointCoordinator:
 
     # ------------------------------------------------------------------ queries
     def register_listener(self, listener: CheckpointListener) -> None:
+        """Add a listener of checkpoint outcomes (driver commit worker)."""
         self.listeners.append(listener)
 
     def pending_checkpoints(self) -> Dict[int, PendingCheckpoint]:
+        """The pending checkpoints by id (driver commit worker)."""
         return dict(self._pending)
 
     def get_pending(self, checkpoint_id: int) -> Optional[PendingCheckpoint]:
+        """Pending checkpoint ``checkpoint_id``, or None (driver commit worker)."""
         return self._pending.get(checkpoint_id)
 
     @property
     def last_completed_id(self) -> int:
+        """Id of the newest completed checkpoint, 0 if none (driver commit worker)."""
         return self.state.last_completed_id
 
     @property
     def last_committed_id(self) -> int:
+        """Id of the newest checkpoint whose output is committed (driver commit worker)."""
         return self.state.last_committed_id
 
     def latest_completed(self) -> Optional[CompletedCheckpoint]:
-        """The newest completed checkpoint on storage (metadata parsed), or ``None``."""
+        """The newest completed checkpoint on storage (metadata parsed), or ``None``.
+        Runs in the driver commit worker."""
         meta = self.store.latest(verify=False)
         return None if meta is None else CompletedCheckpoint.from_metadata(meta)
 
     def mark_committed(self, checkpoint_id: int) -> None:
-        """Record that listeners finished committing ``checkpoint_id`` (idempotent)."""
+        """Record that listeners finished committing ``checkpoint_id`` (idempotent).
+        Runs in the driver commit worker."""
         if checkpoint_id > self.state.last_committed_id:
             self.state.last_committed_id = checkpoint_id
             self._state_dirty = True
@@ -212,6 +212,7 @@ class CheckpointCoordinator:
         Idempotent: triggering a pending id again adds any new expected tasks and returns the
         same pending checkpoint. Returns ``None`` (and logs) for ids that already completed,
         were aborted, or are not newer than the last completed checkpoint.
+        Runs in the driver commit worker.
         """
         with self.deferred():
             self.abort_expired_checkpoints()
@@ -246,7 +247,8 @@ class CheckpointCoordinator:
 
     def add_sink_transactions(self, checkpoint_id: int, transactions: Iterable) -> None:
         """Attach pre-committed sink handles of epoch ``checkpoint_id`` (stashed durably if the
-        checkpoint is not triggered yet; dropped if it already ended)."""
+        checkpoint is not triggered yet; dropped if it already ended).
+        Runs in the driver commit worker."""
         transactions = list(transactions)
         if not transactions:
             return
@@ -272,6 +274,7 @@ class CheckpointCoordinator:
         Returns ``DISCARDED`` for a checkpoint that was aborted, ``DUPLICATE`` for a task
         that already acknowledged (also after completion: replay), ``UNKNOWN`` for a checkpoint
         never triggered or a task not expected.
+        Runs in the driver commit worker.
         """
         with self.deferred():
             self.abort_expired_checkpoints()
@@ -320,7 +323,8 @@ class CheckpointCoordinator:
         return stats is not None and stats.status == COMPLETED
 
     def decline(self, checkpoint_id: int, task_id: str, detail: str = "") -> bool:
-        """A task could not snapshot: abort the checkpoint (counted failure)."""
+        """A task could not snapshot: abort the checkpoint (counted failure).
+        Runs in the driver commit worker."""
         with self.deferred():
             pending = self._pending.get(checkpoint_id)
             if pending is None or pending.is_discarded:
@@ -331,7 +335,7 @@ class CheckpointCoordinator:
         return True
 
     def cancel(self, checkpoint_id: int) -> bool:
-        """Cancel a pending checkpoint (not counted as a failure)."""
+        """Cancel a pending checkpoint (not counted as a failure) (driver commit worker)."""
         with self.deferred():
             pending = self._pending.get(checkpoint_id)
             if pending is None:
@@ -341,7 +345,8 @@ class CheckpointCoordinator:
 
     def abort_expired_checkpoints(self) -> List[int]:
         """Abort every pending checkpoint older than the checkpoint timeout (by the injected
-        clock); raises ``CheckpointException`` afterwards if too many checkpoints failed."""
+        clock); raises ``CheckpointException`` afterwards if too many checkpoints failed.
+        Runs in the driver commit worker."""
         now = self.clock.now_ms()
         expired = [p for _, p in sorted(self._pending.items())
                    if p.is_expired(now, self.config.checkpoint_timeout_ms)]
@@ -399,6 +404,7 @@ class CheckpointCoordinator:
         # Step 3. stats.
         self._write_stats(pending, completed)
         # Step 4. subsumption, failure count.
+        previous = self.state.last_completed_id
         self.state.last_completed_id = max(self.state.last_completed_id, n)
         self.failure_manager.handle_checkpoint_success(n)
         self._forget(n)
@@ -412,10 +418,12 @@ class CheckpointCoordinator:
         self.state.early_transactions = {m: t for m, t in self.state.early_transactions.items()
                                          if m > n}
         self._state_dirty = True
-        # Step 5. persist, discard debris below n.
+        # Step 5. persist, discard debris between the previous completion and n, forget ids
+        # that left the stats history.
         self.flush()
         try:
-            self.store.discard_debris(in_progress=self._pending, below=n)
+            self.store.discard_debris(in_progress=self._pending, below=n, above=previous)
+            self._prune_history(n)
         except StateBackendError as exc:  # cleanup must not fail the checkpoint
             logger.warning("checkpoint %d: debris cleanup failed: %s", n, exc)
         logger.info("checkpoint %d: completed (%d bytes of state in %d ms)", n,
@@ -425,6 +433,26 @@ class CheckpointCoordinator:
         for m in subsumed:
             self._notify(lambda lst, m=m: lst.notify_checkpoint_aborted(
                 m, CheckpointFailureReason.CHECKPOINT_SUBSUMED))
+
+    def _prune_history(self, newest: int) -> None:
+        """Delete the folders of incomplete checkpoint ids that left the stats history
+        (``web.checkpoints.history`` ids below ``newest``), each id once; in-flight ids stay."""
+        upto = newest - self.config.stats_history
+        start = self.state.history_pruned_below
+        if upto < start:
+            return
+        stop = min([upto] + [m - 1 for m in self._pending if m <= upto])
+        if stop < start:
+            return
+        deleted = self.store.prune_history(start, stop)
+        if stop - start > 1:
+            logger.info("checkpoints %d..%d left the stats history: %d folders deleted", start,
+                        stop, deleted)
+        self.state.history_pruned_below = stop + 1
+        self.store.history_floor = stop + 1
+        self._state_dirty = True
+        if self._depth == 0:
+            self.flush()
 
     def _persist_metadata(self, completed: CompletedCheckpoint) -> None:
         fault_point(FaultPoint.COMMIT_BEFORE_METADATA)  # crash-injection point of the exactly-once tests
@@ -447,6 +475,7 @@ class CheckpointCoordinator:
         try:
             self._write_stats(pending, None)
             self.store.discard(n, keep_stats=True)
+            self._prune_history(n)
         except StateBackendError as exc:
             logger.warning("checkpoint %d: could not discard its state: %s", n, exc)
         if notify:
@@ -467,27 +496,7 @@ class CheckpointCoordinator:
     # ------------------------------------------------------------------ stats
     def _write_stats(self, pending: PendingCheckpoint,
                      completed: Optional[CompletedCheckpoint]) -> None:
-        def peak(key: str) -> Optional[int]:
-            values = [a.metrics[key] for a in pending.acks.values() if key in a.metrics]
-            return int(max(values)) if values else None
-
-        sizes: Dict[str, int] = {}
-        for a in pending.acks.values():
-            for h in a.snapshots:
-                sizes[h.operator_id] = sizes.get(h.operator_id, 0) + h.size_bytes
-        end = completed.completed_at_ms if completed else self.clock.now_ms()
-        reason = None if completed else (
-            f"{pending.failure_reason.name}: {pending.failure_reason.message} "
-            f"{pending.failure_detail}".strip())
-        write_stats(self.backend, CheckpointStats(
-            checkpoint_id=pending.checkpoint_id, status=COMPLETED if completed else FAILED,
-            trigger_timestamp_ms=pending.timestamp_ms, end_timestamp_ms=end,
-            end_to_end_duration_ms=end - pending.timestamp_ms,
-            alignment_duration_ms=peak("alignment_ms"), sync_duration_ms=peak("sync_ms"),
-            async_duration_ms=peak("async_ms"), state_size_bytes=sizes,
-            committed_offsets=pending.source_offsets if completed else {},
-            failure_reason=reason, num_acknowledged=len(pending.acks),
-            num_expected=len(pending.expected), is_savepoint=pending.is_savepoint))
+        write_stats(self.backend, checkpoint_stats(pending, completed, self.clock.now_ms()))
 
     def _ensure_stats(self, checkpoint_id: int) -> None:
         stats = read_stats(self.backend, checkpoint_id)
@@ -505,7 +514,5 @@ class CheckpointCoordinator:
     def on_batch(self, batch_id: int, barriers: Iterable[dict], acks: Iterable,
                  handles: Iterable[dict] = ()) -> Optional[CompletedCheckpoint]:
         """Fold one committed Spark batch into the checkpoints (see
-        :func:`barrier_source.coordinator.batch.fold_batch`)."""
-        from barrier_source.coordinator.batch import fold_batch
-
+        :func:`barrier_coordinator.batch.fold_batch`). Runs in the driver commit worker."""
         return fold_batch(self, batch_id, barriers, acks, handles)

@@ -28,11 +28,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Dict, Optional
 
-from barrier_source.alignment.events import (AbortReason, Barrier, BarrierOutcome,
-                                             CancellationBarrier,
-                                             CheckpointAborted, CheckpointTriggered, Records)
-from barrier_source.alignment.handler import BarrierHandler
-from barrier_source.alignment.states import BarrierHandlerState, WaitingForFirstBarrier
+from barrier_ops.alignment.events import (AbortReason, Barrier, BarrierOutcome,
+                                          CancellationBarrier,
+                                          CheckpointAborted, CheckpointTriggered, Records)
+from barrier_ops.alignment.handler import BarrierHandler
+from barrier_ops.alignment.states import BarrierHandlerState, WaitingForFirstBarrier
 
 logger = logging.getLogger(__name__)
 

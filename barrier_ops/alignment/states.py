@@ -1,7 +1,7 @@
 """States of the aligned barrier handler, as in Flink's ``SingleCheckpointBarrierHandler``.
 
 Runs inside ``applyInPandasWithState`` on executors. Each method returns the next state; the
-states reach the :class:`~barrier_source.alignment.aligner.BarrierAligner` only through the
+states reach the :class:`~barrier_ops.alignment.aligner.BarrierAligner` only through the
 narrow :class:`Controller` interface. States hold no data (the alignment lives in the
 controller), so they pickle trivially.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Protocol, Tuple
 
-from barrier_source.alignment.events import (AbortReason, Barrier, BarrierOutcome,
-                                             CancellationBarrier)
+from barrier_ops.alignment.events import (AbortReason, Barrier, BarrierOutcome,
+                                          CancellationBarrier)
 
 
 class Controller(Protocol):
