@@ -83,6 +83,7 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         self._kafka = KafkaMetadata(self.opts)
         self._storage = None  # checkpoint.storage, opened on first use (driver)
         self._committed_id = 0
+        self._last_end: Optional[SourceOffset] = None  # newest end offset Spark committed
         self._last_batch_ms = _now_ms()
         self._available_now: Optional[PartitionOffsets] = None
         self._latest: Optional[PartitionOffsets] = None
@@ -267,6 +268,7 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         """Plan the next batch; see :func:`barrier_source.planner.plan_end_offset`.
         Runs in the driver planner worker."""
         prev = SourceOffset.from_json(start)
+        self._last_end = prev
         self._commit_completed(prev)
         now = _now_ms()  # before listing offsets: the timestamp cut needs latest >= trigger time
         parts = self._kafka.topic_partitions(strict=False)
@@ -413,7 +415,8 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
     def commit(self, end: dict) -> None:
         """Spark finished every batch up to ``end``: commit its sealed checkpoint.
         Runs in the driver planner worker."""
-        self._commit_completed(SourceOffset.from_json(end))
+        self._last_end = SourceOffset.from_json(end)
+        self._commit_completed(self._last_end)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """One input partition per Kafka partition with records or barriers in ``[start, end)``
@@ -468,8 +471,15 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             yield builder.barrier(b)
 
     def stop(self) -> None:
-        """Close the Kafka admin client (driver planner worker, when the query stops)."""
-        self._kafka.close()
+        """The query stops (driver planner worker): commit the newest completed checkpoint's
+        offsets to the consumer group first, so a stopped job's group is not one checkpoint
+        behind (on a cluster the sink completes it after the source's last ``commit``), then
+        close the admin client."""
+        try:
+            if self.opts.checkpoint_storage and self._last_end is not None:
+                self._commit_completed(self._last_end)
+        finally:
+            self._kafka.close()
 
 
 def _now_ms() -> int:

@@ -111,3 +111,4 @@ def test_an_operator_on_another_storage_is_refused_before_anything_commits(
     assert read_committed_topic(bootstrap, out) == []
     assert_no_open_transactions(bootstrap, group)
     assert _committed_group_offsets(bootstrap, group, topic) == {}
+

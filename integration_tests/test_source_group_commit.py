@@ -110,3 +110,31 @@ def test_group_follows_a_restore_from_an_older_savepoint(bootstrap, kafka_admin,
                                     restored_from=4)  # a replay of 5: idempotent
     assert commit_group_offsets(opts, group, {topic: {0: 30}}, checkpoint_id=6, restored_from=4)
     assert group_offsets(kafka_admin, group, topic, 1) == {0: 30}
+
+
+def test_stop_commits_the_checkpoint_the_sink_completed_after_the_last_commit(
+        bootstrap, kafka_admin, topic_factory, tmp_path):
+    """Issue 14: on a cluster the sink completes the last checkpoint after the source's last
+    ``commit``, so a stopped query left its group one checkpoint behind. The reader's ``stop``
+    (Spark calls it when the query stops) commits what the coordinator completed."""
+    from barrier_core.schema import source_schema
+    from barrier_source.reader import BarrierKafkaStreamReader
+
+    topic = topic_factory(1)
+    group = "g-" + uuid.uuid4().hex[:8]
+    produce(bootstrap, topic, {0: 20})
+    storage = str(tmp_path / "storage")
+    reader = BarrierKafkaStreamReader(
+        {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "kafka.group.id": group,
+         "startingOffsets": "earliest", "checkpoint.storage": storage}, source_schema())
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    write_completed_offsets(backend_from_uri(storage), CompletedOffsets.of(1, 1, {topic: {0: 8}}))
+    reader.commit(end)  # Spark's last commit: checkpoint 1 is committed to the group
+    assert group_offsets(kafka_admin, group, topic, 1) == {0: 8}
+    # the sink's commit worker completes checkpoint 2 after that, then the query stops
+    write_completed_offsets(backend_from_uri(storage),
+                            CompletedOffsets.of(2, 2, {topic: {0: 20}}))
+    reader.stop()
+    assert group_offsets(kafka_admin, group, topic, 1) == {0: 20}
+    assert tool_offsets(bootstrap, group) == {0: 20}
