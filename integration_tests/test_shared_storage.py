@@ -16,6 +16,8 @@ from collections import Counter
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from barrier_ops.examples.running_count import OUTPUT_SCHEMA, RunningCount
+from barrier_ops.operator import keyed_process
 from barrier_sink.options import normalize_location
 from integration_tests.pipeline_support import assert_no_open_transactions
 from integration_tests.sink_support import read_committed_topic
@@ -37,6 +39,17 @@ def _query(spark, bootstrap, topic, out, group, chk, storage=None):
             .option("checkpointLocation", chk).start())
 
 
+def _input_and_output(bootstrap, topic_factory):
+    """Two 2-partition topics; the first holds RECORDS records, half on each partition."""
+    topic, out = topic_factory(2), topic_factory(2)
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    for i in range(RECORDS):
+        producer.send(topic, key=b"k%d" % (i % 7), value=b"v%d" % i, partition=i % 2)
+    producer.flush()
+    producer.close()
+    return topic, out
+
+
 def _committed_group_offsets(bootstrap, group, topic):
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
                              enable_auto_commit=False)
@@ -49,12 +62,7 @@ def _committed_group_offsets(bootstrap, group, topic):
 
 def test_source_without_the_sinks_storage_is_refused_then_restart_is_exactly_once(
         spark, bootstrap, topic_factory, tmp_path):
-    topic, out = topic_factory(2), topic_factory(2)
-    producer = KafkaProducer(bootstrap_servers=bootstrap)
-    for i in range(RECORDS):
-        producer.send(topic, key=b"k%d" % (i % 7), value=b"v%d" % i, partition=i % 2)
-    producer.flush()
-    producer.close()
+    topic, out = _input_and_output(bootstrap, topic_factory)
     group, chk = "shared-" + out[-8:], str(tmp_path / "chk")
 
     query = _query(spark, bootstrap, topic, out, group, chk)
@@ -84,15 +92,7 @@ def test_an_operator_on_another_storage_is_refused_before_anything_commits(
         spark, bootstrap, topic_factory, tmp_path):
     """keyed_process snapshots to its own state_backend; the sink's chk-n/_metadata could not
     point at those snapshots, so the first batch with its acks fails and nothing is committed."""
-    from barrier_ops.examples.running_count import OUTPUT_SCHEMA, RunningCount
-    from barrier_ops.operator import keyed_process
-
-    topic, out = topic_factory(2), topic_factory(2)
-    producer = KafkaProducer(bootstrap_servers=bootstrap)
-    for i in range(RECORDS):
-        producer.send(topic, key=b"k%d" % (i % 7), value=b"v%d" % i, partition=i % 2)
-    producer.flush()
-    producer.close()
+    topic, out = _input_and_output(bootstrap, topic_factory)
     group, storage = "shared-op-" + out[-8:], str(tmp_path / "storage")
     src = (spark.readStream.format("barrier-kafka")
            .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)

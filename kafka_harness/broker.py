@@ -41,6 +41,15 @@ logger.kafka.level = INFO
 logger.state.name = state.change.logger
 logger.state.level = WARN
 """
+# Kafka 3.x logs through reload4j (log4j 1.x): the same file, in that format.
+_LOG4J1 = """\
+log4j.rootLogger=INFO, file
+log4j.appender.file=org.apache.log4j.FileAppender
+log4j.appender.file.File={log}
+log4j.appender.file.layout=org.apache.log4j.PatternLayout
+log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.state.change.logger=WARN
+"""
 
 
 class BrokerStartError(RuntimeError):
@@ -141,12 +150,14 @@ class KafkaBroker:
         path = self.data_dir / "server.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         (self.data_dir / "log4j2.properties").write_text(_LOG4J2.format(log=self.log_file))
+        (self.data_dir / "log4j.properties").write_text(_LOG4J1.format(log=self.log_file))
         return path
 
     def _java_cmd(self, libs: Path, *args: str) -> list:
         return [require_java(), "-Xms256m", f"-Xmx{self.heap}", "-XX:+UseG1GC",
                 "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+                f"-Dlog4j.configuration=file:{self.data_dir / 'log4j.properties'}",
                 "-cp", f"{libs}/*", *args]
 
     # ------------------------------------------------------------------ lifecycle
