@@ -7,7 +7,9 @@ from typing import Dict, Optional
 
 from barrier_coordinator.completed import CompletedCheckpoint
 from barrier_coordinator.pending import PendingCheckpoint
-from state_backends.stats import COMPLETED, FAILED, CheckpointStats
+from state_backends.checkpoint_store import CompletedCheckpointStore
+from state_backends.exceptions import CheckpointMetadataError
+from state_backends.stats import COMPLETED, FAILED, CheckpointStats, read_stats, write_stats
 
 
 def checkpoint_stats(pending: PendingCheckpoint, completed: Optional[CompletedCheckpoint],
@@ -36,3 +38,19 @@ def checkpoint_stats(pending: PendingCheckpoint, completed: Optional[CompletedCh
         committed_offsets=pending.source_offsets if completed else {},
         failure_reason=reason, num_acknowledged=len(pending.acks),
         num_expected=len(pending.expected), is_savepoint=pending.is_savepoint)
+
+
+def ensure_completed_stats(backend, store: CompletedCheckpointStore, pending: PendingCheckpoint,
+                           now_ms: int) -> None:
+    """After a crash between ``_metadata`` and ``_stats.json``: write the stats of ``pending``
+    as completed if its metadata exists and its stats do not say so yet (driver commit
+    worker)."""
+    stats = read_stats(backend, pending.checkpoint_id)
+    if stats is not None and stats.status == COMPLETED:
+        return
+    try:
+        meta = store.load(pending.checkpoint_id, verify=False)
+    except CheckpointMetadataError:
+        return
+    write_stats(backend, checkpoint_stats(pending, CompletedCheckpoint.from_metadata(meta),
+                                          now_ms))

@@ -15,12 +15,14 @@ Completion of checkpoint n (numbered as in ``_complete``):
    wrote those before acknowledging). From here on n is complete; retention runs.
 3. ``chk-<n>/_stats.json`` is written.
 4. Older pending checkpoints are subsumed (savepoints excepted); the failure count resets.
-5. Bookkeeping is persisted (``pending/_coordinator.json``, pending files removed) and debris
-   of aborted checkpoints older than n is discarded.
-6. ``notify_checkpoint_complete(n, completed)`` on every listener, then
-   ``notify_checkpoint_aborted(m, CHECKPOINT_SUBSUMED)`` for the subsumed ones; a failing
-   listener does not stop the others, the first error is re-raised afterwards (as Flink's 2PC
-   sink does).
+5. Bookkeeping is persisted (``pending/_coordinator.json``, pending files removed), debris of
+   aborted checkpoints since the previous completion is discarded, and the folders of ids that
+   left the stats history (``web.checkpoints.history``) are deleted.
+6. Listeners (observers: tests, metrics) get ``notify_checkpoint_complete(n, completed)``, then
+   ``notify_checkpoint_aborted(m, CHECKPOINT_SUBSUMED)``; a failing listener does not stop the
+   others, the first error is re-raised afterwards. The sink does not listen: ``on_batch``
+   returns the checkpoint whose transactions it must commit (also one completed before a
+   crash whose commit did not finish), which listeners alone cannot say.
 
 A crash between 2 and 5 is reconciled on the next load: the pending file of a checkpoint
 whose metadata exists is dropped and the bookkeeping (steps 3-5) redone; listeners must be
@@ -35,7 +37,7 @@ from typing import Dict, Iterable, List, Optional
 
 from barrier_core.faults import FaultPoint, fault_point
 from barrier_coordinator.batch import fold_batch
-from barrier_coordinator.checkpoint_stats import checkpoint_stats
+from barrier_coordinator.checkpoint_stats import checkpoint_stats, ensure_completed_stats
 from barrier_coordinator.clock import Clock, SystemClock
 from barrier_coordinator.completed import CompletedCheckpoint
 from barrier_coordinator.config import CheckpointListener, CoordinatorConfig
@@ -46,7 +48,7 @@ from barrier_coordinator.pending import (AcknowledgeResult, PendingCheckpoint,
                                          TaskAcknowledgement)
 from state_backends.base import StateBackend, metadata_path
 from state_backends.checkpoint_store import CompletedCheckpointStore
-from state_backends.exceptions import CheckpointMetadataError, StateBackendError
+from state_backends.exceptions import StateBackendError
 from state_backends.metadata import Offsets
 from state_backends.stats import COMPLETED, read_stats, write_stats
 
@@ -155,7 +157,8 @@ class CheckpointCoordinator:
                 if n in done:
                     logger.info("checkpoint %d: completed before a crash; finishing bookkeeping",
                                 n)
-                    self._ensure_stats(n)
+                    ensure_completed_stats(self.backend, self.store, self._pending[n],
+                                           self.clock.now_ms())
                     self._forget(n)
                 elif self._pending[n].is_discarded:
                     self._forget(n)
@@ -497,18 +500,6 @@ class CheckpointCoordinator:
     def _write_stats(self, pending: PendingCheckpoint,
                      completed: Optional[CompletedCheckpoint]) -> None:
         write_stats(self.backend, checkpoint_stats(pending, completed, self.clock.now_ms()))
-
-    def _ensure_stats(self, checkpoint_id: int) -> None:
-        stats = read_stats(self.backend, checkpoint_id)
-        if stats is not None and stats.status == COMPLETED:
-            return
-        try:
-            meta = self.store.load(checkpoint_id, verify=False)
-        except CheckpointMetadataError:
-            return
-        pending = self._pending.get(checkpoint_id)
-        if pending is not None:
-            self._write_stats(pending, CompletedCheckpoint.from_metadata(meta))
 
     # ------------------------------------------------------------------ Spark batches
     def on_batch(self, batch_id: int, barriers: Iterable[dict], acks: Iterable,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
-from typing import Iterable, List, Mapping, Optional, Sequence, Type
+from typing import Any, Iterable, List, Mapping, Optional, Sequence, Tuple, Type
 
 from barrier_core.exceptions import InvalidOptionError
 
@@ -28,10 +28,13 @@ _UNIT_MS = {"ms": 1, "milli": 1, "millis": 1, "s": 1000, "sec": 1000, "secs": 10
 
 @dataclass(frozen=True)
 class OptionSpec:
-    """One option: its exact name, default (as the user would type it) and meaning.
+    """One option: its exact name, default (as the user would type it), meaning and type.
 
     ``is_prefix`` marks a family such as ``kafka.*`` (any name starting with ``name``).
-    ``is_secret`` marks values that must never be printed.
+    ``is_secret`` marks values that must never be printed. ``kind`` is how :func:`read_option`
+    parses the value: ``str``, ``int`` (at least ``minimum``), ``bool``, ``duration`` (ms) or
+    ``choice`` (one of ``choices``, case-insensitive). The default is parsed the same way, so
+    it is written once, here, for the docs and the parser alike.
     """
 
     name: str
@@ -40,6 +43,9 @@ class OptionSpec:
     is_secret: bool = False
     is_prefix: bool = False
     is_required: bool = False
+    kind: str = "str"
+    minimum: int = 0
+    choices: Tuple[str, ...] = ()
 
     def matches(self, key: str) -> bool:
         """Case-insensitive (Spark lower-cases option names)."""
@@ -94,6 +100,45 @@ def parse_duration_ms(name: str, value: str, error: Type[Exception] = InvalidOpt
                     f"'1h'; got '{value}'.")
     number, unit = float(m.group(1)), (m.group(2) or "ms").lower()
     return int(number * _UNIT_MS[unit])
+
+
+def read_option(specs: Sequence[OptionSpec], options: Mapping[str, str], name: str,
+                error: Type[Exception] = InvalidOptionError) -> Any:
+    """The value of option ``name`` in ``options`` (keys lower-cased, as Spark passes them), or
+    its spec's default, parsed by the spec's ``kind``. None when neither is set. Raises
+    ``error`` naming the option and what it expects (never a secret value)."""
+    spec = next((s for s in specs if s.name == name and not s.is_prefix), None)
+    if spec is None:
+        raise KeyError(f"bug: no option spec named {name!r}")
+    raw = options.get(name.lower())
+    if raw is None or (raw.strip() == "" and spec.kind != "str"):
+        raw = spec.default
+    if raw is None:
+        return None
+    text = raw.strip()
+    shown = "***" if spec.is_secret or is_secret_key(name) else raw
+    if spec.kind == "str":
+        return text
+    if spec.kind == "bool":
+        if text.lower() not in ("true", "false"):
+            raise error(f"Option '{name}' must be 'true' or 'false'; got '{shown}'.")
+        return text.lower() == "true"
+    if spec.kind == "duration":
+        return parse_duration_ms(name, text, error)
+    if spec.kind == "choice":
+        if text.lower() not in spec.choices:
+            quoted = [f"'{c}'" for c in spec.choices]
+            allowed = ", ".join(quoted[:-1]) + " or " + quoted[-1] if len(quoted) > 1 \
+                else quoted[0]
+            raise error(f"Option '{name}' must be {allowed}; got '{shown}'.")
+        return text.lower()
+    try:
+        value = int(text)
+    except ValueError:
+        raise error(f"Option '{name}' must be an integer; got '{shown}'.") from None
+    if value < spec.minimum:
+        raise error(f"Option '{name}' must be >= {spec.minimum}; got {value}.")
+    return value
 
 
 def options_markdown(specs: Sequence[OptionSpec]) -> str:

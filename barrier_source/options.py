@@ -19,7 +19,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from barrier_core.exceptions import InvalidOptionError
 from barrier_core.kafka_config import canonical_options, translate_kafka_options
-from barrier_core.option_spec import OptionSpec, check_known_options, parse_duration_ms
+from barrier_core.option_spec import (OptionSpec, check_known_options, parse_duration_ms,
+                                     read_option)
 
 PLACEMENT_END = "end"
 PLACEMENT_TIMESTAMP = "timestamp"
@@ -49,34 +50,47 @@ SOURCE_OPTIONS = [
     OptionSpec("startingTimestamp", None, "One timestamp (ms) for every partition; takes "
                "precedence over startingOffsetsByTimestamp and startingOffsets."),
     OptionSpec("startingOffsetsByTimestampStrategy", "error", "When no offset matches the "
-               "timestamp: 'error' fails the query, 'latest' starts at the latest offset."),
+               "timestamp: 'error' fails the query, 'latest' starts at the latest offset.",
+               kind="choice", choices=("error", "latest")),
     OptionSpec("groupOffsetsFallback", "earliest", "startingOffsets=group: where a partition "
-               "without a committed offset starts: 'earliest', 'latest' or 'none' (fail)."),
+               "without a committed offset starts: 'earliest', 'latest' or 'none' (fail).",
+               kind="choice", choices=("earliest", "latest", "none")),
     OptionSpec("maxOffsetsPerTrigger", None, "Upper bound of records per micro-batch, split over "
-               "partitions in proportion to their backlog (PySpark ReadMaxRows)."),
+               "partitions in proportion to their backlog (PySpark ReadMaxRows).",
+               kind="int", minimum=1),
     OptionSpec("minOffsetsPerTrigger", None, "Lower bound of records per micro-batch: smaller "
-               "backlogs wait, but at most maxTriggerDelay (ignored with Trigger.AvailableNow)."),
-    OptionSpec("maxTriggerDelay", "15m", "Longest wait for minOffsetsPerTrigger ('15m', '30s')."),
+               "backlogs wait, but at most maxTriggerDelay (ignored with Trigger.AvailableNow).",
+               kind="int", minimum=1),
+    OptionSpec("maxTriggerDelay", "15m", "Longest wait for minOffsetsPerTrigger ('15m', '30s').",
+               kind="duration"),
     OptionSpec("failOnDataLoss", "true", "Fail when offsets are gone (retention, deleted topic "
-               "or partition); false logs a warning and skips the gap."),
-    OptionSpec("includeHeaders", "false", "Add the 'headers' column."),
+               "or partition); false logs a warning and skips the gap.",
+               kind="bool"),
+    OptionSpec("includeHeaders", "false", "Add the 'headers' column.",
+               kind="bool"),
     OptionSpec("kafka.group.id", None, "Consumer group that receives the offsets of completed "
                "checkpoints (and is read by startingOffsets=group). Default: "
                "'<groupIdPrefix>-<12 hex of sha1(bootstrap servers|subscription)>'."),
     OptionSpec("groupIdPrefix", "barrier-kafka", "Prefix of the derived group id."),
     OptionSpec("kafkaConsumer.pollTimeoutMs", "120000", "Executor: longest wait (ms) for a "
-               "fetch that should return records."),
-    OptionSpec("fetchOffset.numRetries", "3", "Driver: retries of an offset lookup."),
-    OptionSpec("fetchOffset.retryIntervalMs", "1000", "Driver: wait between those retries (ms)."),
+               "fetch that should return records.",
+               kind="int", minimum=1),
+    OptionSpec("fetchOffset.numRetries", "3", "Driver: retries of an offset lookup.",
+               kind="int"),
+    OptionSpec("fetchOffset.retryIntervalMs", "1000", "Driver: wait between those retries (ms).",
+               kind="int"),
     OptionSpec("execution.checkpointing.interval", "0", "Trigger a checkpoint when at least this "
-               "long (ms or '10s') passed since the previous trigger; 0 = not by time."),
+               "long (ms or '10s') passed since the previous trigger; 0 = not by time.",
+               kind="duration"),
     OptionSpec("execution.checkpointing.interval-batches", "1 if interval unset, else 0",
                "Trigger a checkpoint every N micro-batches with data; 0 = not by count. "
                "Both 0 = checkpoints off (no barrier rows)."),
     OptionSpec("execution.checkpointing.min-pause", "0", "Minimum time (ms or '5s') between the "
-               "trigger of one checkpoint and the next."),
+               "trigger of one checkpoint and the next.",
+               kind="duration"),
     OptionSpec("execution.checkpointing.max-concurrent-checkpoints", "1", "Triggered but not yet "
-               "completed checkpoints allowed at once; a due trigger waits."),
+               "completed checkpoints allowed at once; a due trigger waits.",
+               kind="int", minimum=1),
     OptionSpec("execution.checkpointing.idle-seal-after", "the interval, or 10s",
                "When the source has no new data but records after the last barrier wait in "
                "pre-committed sink transactions, trigger a checkpoint with a barrier-only batch "
@@ -87,7 +101,8 @@ SOURCE_OPTIONS = [
                "the end of every partition's range of the batch that triggers n. 'timestamp': a "
                "consistent cut: per partition before the first record with timestamp >= the "
                "trigger time (it may fall mid-batch, or in a later batch for a partition held "
-               "back by maxOffsetsPerTrigger)."),
+               "back by maxOffsetsPerTrigger).",
+               kind="choice", choices=("end", "timestamp")),
     OptionSpec("checkpoint.storage", None, "Set when a coordinator (2PC sink) completes "
                "checkpoints: the same state-backend path as the sink's. The source then commits "
                "group offsets from '<checkpoint.storage>/_completed_offsets.json' and counts "
@@ -106,7 +121,8 @@ SOURCE_OPTIONS = [
                "s3.access.key, s3.secret.key, as on the sink (secrets never logged).",
                is_secret=True, is_prefix=True),
     OptionSpec("commit.offsets.on.checkpoint", "true", "Commit a completed checkpoint's offsets "
-               "to the consumer group (Flink's KafkaSource option)."),
+               "to the consumer group (Flink's KafkaSource option).",
+               kind="bool"),
 ]
 
 _STREAM_ONLY_FORBIDDEN = {
@@ -285,35 +301,20 @@ class SourceOptions:
                                          f"got '{o['assign']}'.")
             assign = {t: tuple(sorted(set(ps))) for t, ps in raw.items()}
 
-        starting = cls._parse_starting(o, subscribe, assign)
-        strategy = o.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
-        if strategy not in ("error", "latest"):
-            raise InvalidOptionError("Option 'startingOffsetsByTimestampStrategy' must be "
-                                     f"'error' or 'latest'; got '{strategy}'.")
-        fallback = o.get("groupoffsetsfallback", "earliest").strip().lower()
-        if fallback not in ("earliest", "latest", "none"):
-            raise InvalidOptionError("Option 'groupOffsetsFallback' must be 'earliest', "
-                                     f"'latest' or 'none'; got '{fallback}'.")
+        def opt(name: str):
+            return read_option(SOURCE_OPTIONS, o, name)
 
-        max_rows = _int(o, "maxOffsetsPerTrigger", None, minimum=1)
-        min_rows = _int(o, "minOffsetsPerTrigger", None, minimum=1)
+        starting = cls._parse_starting(o, subscribe, assign)
+        max_rows, min_rows = opt("maxOffsetsPerTrigger"), opt("minOffsetsPerTrigger")
         if max_rows is not None and min_rows is not None and min_rows > max_rows:
             raise InvalidOptionError(f"Option 'minOffsetsPerTrigger' ({min_rows}) must not exceed "
                                      f"'maxOffsetsPerTrigger' ({max_rows}).")
-        delay_ms = parse_duration_ms("maxTriggerDelay", o.get("maxtriggerdelay", "15m"))
-
-        interval_ms = parse_duration_ms("execution.checkpointing.interval",
-                                        o.get("execution.checkpointing.interval", "0"))
+        interval_ms = opt("execution.checkpointing.interval")
         batches_default = 1 if "execution.checkpointing.interval" not in o else 0
         interval_batches = _int(o, "execution.checkpointing.interval-batches", batches_default)
         idle_raw = o.get("execution.checkpointing.idle-seal-after")
         idle_seal_ms = (parse_duration_ms("execution.checkpointing.idle-seal-after", idle_raw)
                         if idle_raw is not None else (interval_ms or 10_000))
-        placement = o.get("execution.checkpointing.barrier-placement", PLACEMENT_END)
-        placement = placement.strip().lower()
-        if placement not in (PLACEMENT_END, PLACEMENT_TIMESTAMP):
-            raise InvalidOptionError("Option 'execution.checkpointing.barrier-placement' must be "
-                                     f"'end' or 'timestamp'; got '{placement}'.")
         storage = o.get("checkpoint.storage", "").strip() or None
         restore_from = o.get("execution.savepoint.path", "").strip() or None
         if restore_from is not None:
@@ -323,7 +324,7 @@ class SourceOptions:
                     "checkpoint or savepoint is read from there.")
             parse_restore_spec(restore_from)  # fail early on a malformed value
 
-        prefix = o.get("groupidprefix", "barrier-kafka").strip() or "barrier-kafka"
+        prefix = opt("groupIdPrefix") or "barrier-kafka"
         group_id = o.get("kafka.group.id", "").strip()
         derived = not group_id
         if derived:
@@ -333,23 +334,22 @@ class SourceOptions:
 
         return cls(
             bootstrap_servers=bootstrap, subscribe=subscribe, subscribe_pattern=pattern,
-            assign=assign, starting=starting, starting_by_timestamp_strategy=strategy,
-            group_offsets_fallback=fallback, max_offsets_per_trigger=max_rows,
-            min_offsets_per_trigger=min_rows, max_trigger_delay_ms=delay_ms,
-            fail_on_data_loss=_bool(o, "failOnDataLoss", True),
-            include_headers=_bool(o, "includeHeaders", False),
+            assign=assign, starting=starting,
+            starting_by_timestamp_strategy=opt("startingOffsetsByTimestampStrategy"),
+            group_offsets_fallback=opt("groupOffsetsFallback"), max_offsets_per_trigger=max_rows,
+            min_offsets_per_trigger=min_rows, max_trigger_delay_ms=opt("maxTriggerDelay"),
+            fail_on_data_loss=opt("failOnDataLoss"), include_headers=opt("includeHeaders"),
             group_id=group_id, is_group_id_derived=derived,
-            poll_timeout_ms=_int(o, "kafkaConsumer.pollTimeoutMs", 120000, minimum=1),
-            fetch_offset_num_retries=_int(o, "fetchOffset.numRetries", 3),
-            fetch_offset_retry_interval_ms=_int(o, "fetchOffset.retryIntervalMs", 1000),
+            poll_timeout_ms=opt("kafkaConsumer.pollTimeoutMs"),
+            fetch_offset_num_retries=opt("fetchOffset.numRetries"),
+            fetch_offset_retry_interval_ms=opt("fetchOffset.retryIntervalMs"),
             checkpoint_interval_ms=interval_ms, checkpoint_interval_batches=interval_batches,
-            checkpoint_min_pause_ms=parse_duration_ms(
-                "execution.checkpointing.min-pause",
-                o.get("execution.checkpointing.min-pause", "0")),
-            max_concurrent_checkpoints=_int(
-                o, "execution.checkpointing.max-concurrent-checkpoints", 1, minimum=1),
-            idle_seal_ms=idle_seal_ms, barrier_placement=placement, checkpoint_storage=storage,
-            commit_offsets_on_checkpoint=_bool(o, "commit.offsets.on.checkpoint", True),
+            checkpoint_min_pause_ms=opt("execution.checkpointing.min-pause"),
+            max_concurrent_checkpoints=opt("execution.checkpointing.max-concurrent-checkpoints"),
+            idle_seal_ms=idle_seal_ms,
+            barrier_placement=opt("execution.checkpointing.barrier-placement"),
+            checkpoint_storage=storage,
+            commit_offsets_on_checkpoint=opt("commit.offsets.on.checkpoint"),
             restore_from=restore_from,
             kafka_config=translate_kafka_options(o),
             storage_options={k: v for k, v in o.items() if k.startswith("s3.")},

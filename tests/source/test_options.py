@@ -133,3 +133,19 @@ def test_every_option_is_documented():
     table = options_markdown(SOURCE_OPTIONS)
     for spec in SOURCE_OPTIONS:
         assert spec.name in table and spec.meaning
+
+
+def test_every_typed_default_parses_with_its_own_parser():
+    """Defaults are written once, in the specs the docs are generated from; the parser reads
+    them from there (issue 11), so a default that does not parse is caught here."""
+    from barrier_core.option_spec import read_option
+    from barrier_source.options import SOURCE_OPTIONS, SourceOptions
+
+    typed = [s for s in SOURCE_OPTIONS if s.kind != "str"]
+    assert len(typed) >= 10
+    for spec in typed:
+        read_option(SOURCE_OPTIONS, {}, spec.name)
+    parsed = SourceOptions.from_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t"})
+    assert (parsed.max_trigger_delay_ms, parsed.poll_timeout_ms, parsed.fail_on_data_loss,
+            parsed.barrier_placement, parsed.group_offsets_fallback) == \
+        (15 * 60_000, 120_000, True, "end", "earliest")
