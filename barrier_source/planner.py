@@ -9,6 +9,7 @@ import logging
 from dataclasses import replace
 from typing import Dict, List, Optional
 
+from barrier_core.schema import split_channel
 from barrier_source.offsets import (PartitionOffsets, PlannedBarrier, SealedCheckpoint,
                                     SourceOffset, offset_of, sorted_channels)
 from barrier_source.options import PLACEMENT_END
@@ -18,13 +19,30 @@ logger = logging.getLogger(__name__)
 
 
 def rate_limit(starts: PartitionOffsets, latest: PartitionOffsets,
-               max_rows: Optional[int]) -> PartitionOffsets:
+               max_rows: Optional[int],
+               owed: Optional[Dict[str, int]] = None) -> PartitionOffsets:
     """End offsets reading at most ``max_rows`` records, split over partitions in proportion to
-    their backlog (as Spark's Kafka source does, but never exceeding the limit)."""
+    their backlog (as Spark's Kafka source does, but never exceeding the limit).
+
+    ``owed`` (``{channel: barrier position}``) are barriers of triggered checkpoints still owed:
+    the records up to them are admitted first (shared in proportion to the distance to each
+    barrier), the rest of the budget in proportion to the backlog. So a partition whose barrier
+    is owed cannot be starved by a busier one (with backlog shares alone, a partition that keeps
+    receiving records takes an ever larger share, the owing one crawls, and the checkpoint -
+    and every aligner holding records for it - waits)."""
     backlog = {(t, p): max(0, latest[t][p] - starts[t][p]) for t in latest for p in latest[t]}
     total = sum(backlog.values())
     if max_rows is None or total <= max_rows:
         return {t: dict(parts) for t, parts in latest.items()}
+    due = {t: {p: starts[t][p] for p in latest[t]} for t in latest}  # up to owed barriers
+    for channel, position in (owed or {}).items():
+        t, p = split_channel(channel)
+        if (t, p) in backlog:
+            due[t][p] = max(due[t][p], min(latest[t][p], position))
+    if count_rows(starts, due):
+        first = rate_limit(starts, due, max_rows)  # owed records first, shared by owed distance
+        left = max_rows - count_rows(starts, first)
+        return rate_limit(first, latest, left) if left > 0 else first
     share = {k: (v * max_rows) // total for k, v in backlog.items()}
     left = max_rows - sum(share.values())
     for k in sorted(backlog, key=lambda k: (-(backlog[k] * max_rows % total), k)):

@@ -285,7 +285,7 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             max_rows = self.opts.max_offsets_per_trigger
             if isinstance(limit, ReadMaxRows):
                 max_rows = limit.max_rows
-            ends = rate_limit(starts, latest, max_rows)
+            ends = rate_limit(starts, latest, max_rows, owed=_owed_positions(prev))
             min_rows = self.opts.min_offsets_per_trigger
             if isinstance(limit, ReadMinRows):
                 min_rows = limit.min_rows
@@ -480,6 +480,15 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
                 self._commit_completed(self._last_end)
         finally:
             self._kafka.close()
+
+
+def _owed_positions(prev: SourceOffset) -> Dict[str, int]:
+    """``{channel: position}`` of the barriers ``prev`` still owes (the furthest per channel)."""
+    out: Dict[str, int] = {}
+    for b in prev.barriers:
+        for c in b.owed:
+            out[c] = max(out.get(c, 0), b.positions[c])
+    return out
 
 
 def _now_ms() -> int:

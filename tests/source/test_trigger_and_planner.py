@@ -114,3 +114,15 @@ def test_a_vanished_channel_gets_its_owed_barrier_as_end_of_partition():
     assert [(r["kind"], r["topic"], r["partition"], r["offset"], r["checkpoint_id"],
              r["barrier_channels"]) for r in rows] == [
         ("barrier", "gone", 0, 25, 1, ["gone:0", "t:0"])]
+
+
+def test_owed_barriers_are_admitted_before_the_proportional_share():
+    """A partition that owes a barrier gets its records up to the barrier first, so a busier
+    partition cannot starve it (the checkpoint and the aligners waiting for it would stall)."""
+    starts, latest = {"t": {0: 0, 1: 0}}, {"t": {0: 1000, 1: 300}}
+    assert rate_limit(starts, latest, 60)["t"] == {0: 46, 1: 14}  # proportional alone
+    assert rate_limit(starts, latest, 60, owed={"t:1": 300})["t"] == {0: 0, 1: 60}
+    near = rate_limit({"t": {0: 0, 1: 280}}, latest, 60, owed={"t:1": 300})["t"]
+    assert near[1] >= 300 and sum(near.values()) - 280 == 60
+    # an owed barrier behind the start (already read) takes nothing
+    assert rate_limit(starts, latest, 60, owed={"t:1": 0})["t"] == {0: 46, 1: 14}
