@@ -3,13 +3,13 @@ handling, durable bookkeeping between PySpark's short-lived commit workers.
 
 Typical use inside ``writer.commit(messages, batchId)``::
 
-    coordinator = CheckpointCoordinator(backend, CoordinatorConfig(...), listeners=[...])
+    coordinator = CheckpointCoordinator(backend, CoordinatorConfig(...))
     completed = coordinator.on_batch(batchId, barriers, acks, handles)
 """
 
 from barrier_coordinator.clock import Clock, ManualClock, SystemClock
 from barrier_coordinator.completed import CompletedCheckpoint
-from barrier_coordinator.config import CheckpointListener, CoordinatorConfig
+from barrier_coordinator.config import CheckpointOutcome, CoordinatorConfig
 from barrier_coordinator.coordinator import CheckpointCoordinator
 from barrier_coordinator.exceptions import (CoordinatorError, CoordinatorStateError,
                                             IllegalTransitionError)
@@ -20,7 +20,7 @@ from barrier_coordinator.pending import (AcknowledgeResult, PendingCheckpoint,
 
 __all__ = [
     "Clock", "ManualClock", "SystemClock", "CompletedCheckpoint", "CheckpointCoordinator",
-    "CheckpointListener", "CoordinatorConfig", "CoordinatorError", "CoordinatorStateError",
+    "CheckpointOutcome", "CoordinatorConfig", "CoordinatorError", "CoordinatorStateError",
     "IllegalTransitionError", "CheckpointException", "CheckpointFailureManager",
     "CheckpointFailureReason", "AcknowledgeResult", "PendingCheckpoint", "PendingStatus",
     "TaskAcknowledgement",

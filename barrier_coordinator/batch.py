@@ -38,6 +38,7 @@ from collections import defaultdict
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from barrier_core.ack import Acknowledgement
+from barrier_core.barrier_message import SinkBarrier
 from barrier_core.schema import split_channel
 from barrier_coordinator.completed import CompletedCheckpoint
 from barrier_coordinator.pending import TaskAcknowledgement
@@ -93,14 +94,14 @@ def fold_batch(coordinator, batch_id: int, barriers: Iterable[dict], acks: Itera
     # Step 1. Parse.
     parsed = [parse_ack(a) for a in acks]
     channels: Dict[int, Set[str]] = defaultdict(set)
-    arrived: Dict[int, List[dict]] = defaultdict(list)
+    arrived: Dict[int, List[SinkBarrier]] = defaultdict(list)
     timestamps: Dict[int, int] = {}
-    for b in barriers:
-        n = int(b["checkpoint_id"])
-        channels[n].update(b.get("channels") or [b["channel"]])
+    for b in map(SinkBarrier.from_json, barriers):
+        n = b.checkpoint_id
+        channels[n].update(b.channels)
         arrived[n].append(b)
-        if b.get("timestamp") is not None:
-            timestamps[n] = min(timestamps.get(n, int(b["timestamp"])), int(b["timestamp"]))
+        if b.timestamp is not None:
+            timestamps[n] = min(timestamps.get(n, b.timestamp), b.timestamp)
     for n, _t, _op, _nkg, _a, ts in parsed:
         if ts is not None and n not in timestamps:
             timestamps[n] = int(ts)
@@ -137,8 +138,8 @@ def fold_batch(coordinator, batch_id: int, barriers: Iterable[dict], acks: Itera
         for n in sorted(arrived):
             coordinator.receive_acknowledge(n, SINK_BARRIER_TASK)
             for b in arrived[n]:
-                ack = TaskAcknowledgement(offsets=_channel_offsets(b["channel"], b["offset"]))
-                coordinator.receive_acknowledge(n, sink_task_id(b["channel"]), ack)
+                ack = TaskAcknowledgement(offsets=_channel_offsets(b.channel, b.offset))
+                coordinator.receive_acknowledge(n, sink_task_id(b.channel), ack)
         # A checkpoint whose last ack came in an earlier attempt whose finalisation raised
         # (a failed _metadata put): its acks are duplicates now, so complete it here.
         coordinator.complete_fully_acknowledged()

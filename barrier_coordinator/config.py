@@ -1,29 +1,24 @@
-"""The coordinator's settings and the listener protocol of checkpoint outcomes (driver)."""
+"""The coordinator's settings and the record of a checkpoint's outcome (driver commit worker)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Protocol
+from typing import Mapping, Optional
 
 from barrier_core.exceptions import InvalidOptionError
 from barrier_coordinator.completed import CompletedCheckpoint
 from barrier_coordinator.failure import CheckpointFailureReason
 
 
-class CheckpointListener(Protocol):
-    """Receives checkpoint outcomes (source offset commit, sink transaction commit).
+@dataclass(frozen=True)
+class CheckpointOutcome:
+    """Checkpoint ``checkpoint_id`` completed (``completed`` set) or was aborted (``reason``
+    set; ``CHECKPOINT_SUBSUMED`` means its data is covered by a newer completed checkpoint,
+    never that it must be rolled back)."""
 
-    Both methods may be called more than once for the same checkpoint (batch replay): they
-    must be idempotent. Completion of n is notified before the aborts of the older pending
-    checkpoints it subsumed; a ``CHECKPOINT_SUBSUMED`` abort means that checkpoint's data is
-    covered by n (commit everything <= n), never that it must be rolled back.
-    """
-
-    def notify_checkpoint_complete(self, checkpoint_id: int,
-                                   completed: CompletedCheckpoint) -> None: ...
-
-    def notify_checkpoint_aborted(self, checkpoint_id: int,
-                                  reason: CheckpointFailureReason) -> None: ...
+    checkpoint_id: int
+    completed: Optional[CompletedCheckpoint] = None
+    reason: Optional[CheckpointFailureReason] = None
 
 
 @dataclass(frozen=True)

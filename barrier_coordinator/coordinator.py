@@ -18,15 +18,15 @@ Completion of checkpoint n (numbered as in ``_complete``):
 5. Bookkeeping is persisted (``pending/_coordinator.json``, pending files removed), debris of
    aborted checkpoints since the previous completion is discarded, and the folders of ids that
    left the stats history (``web.checkpoints.history``) are deleted.
-6. Listeners (observers: tests, metrics) get ``notify_checkpoint_complete(n, completed)``, then
-   ``notify_checkpoint_aborted(m, CHECKPOINT_SUBSUMED)``; a failing listener does not stop the
-   others, the first error is re-raised afterwards. The sink does not listen: ``on_batch``
-   returns the checkpoint whose transactions it must commit (also one completed before a
-   crash whose commit did not finish), which listeners alone cannot say.
+6. The outcome is appended to :attr:`CheckpointCoordinator.outcomes` (completion of n, then
+   the checkpoints it subsumed), a log for tests and metrics. There is one notification path,
+   and it is not a callback: ``on_batch`` returns the checkpoint whose transactions the sink
+   must commit (also one completed before a crash whose commit did not finish, which a
+   completion callback could not say).
 
 A crash between 2 and 5 is reconciled on the next load: the pending file of a checkpoint
-whose metadata exists is dropped and the bookkeeping (steps 3-5) redone; listeners must be
-idempotent since a replayed batch notifies again.
+whose metadata exists is dropped and the bookkeeping (steps 3-5) redone; the sink's commit is
+idempotent since a replayed batch returns the same checkpoint again.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from barrier_coordinator.batch import fold_batch
 from barrier_coordinator.checkpoint_stats import checkpoint_stats, ensure_completed_stats
 from barrier_coordinator.clock import Clock, SystemClock
 from barrier_coordinator.completed import CompletedCheckpoint
-from barrier_coordinator.config import CheckpointListener, CoordinatorConfig
+from barrier_coordinator.config import CheckpointOutcome, CoordinatorConfig
 from barrier_coordinator.durable import CoordinatorState, DurablePendingStore
 from barrier_coordinator.failure import (CheckpointException, CheckpointFailureManager,
                                          CheckpointFailureReason)
@@ -65,16 +65,15 @@ class CheckpointCoordinator:
     config : CoordinatorConfig, optional
     clock : Clock, optional
         ``now_ms()`` source; inject a :class:`ManualClock` in tests.
-    listeners : iterable of CheckpointListener
     """
 
     def __init__(self, backend: StateBackend, config: Optional[CoordinatorConfig] = None,
-                 clock: Optional[Clock] = None,
-                 listeners: Iterable[CheckpointListener] = ()) -> None:
+                 clock: Optional[Clock] = None) -> None:
         self.backend = backend
         self.config = config or CoordinatorConfig()
         self.clock = clock or SystemClock()
-        self.listeners: List[CheckpointListener] = list(listeners)
+        #: What this instance decided, in order: a log to read (tests, metrics), not callbacks.
+        self.outcomes: List[CheckpointOutcome] = []
         # One listing per commit worker: this coordinator lives for one writer.commit.
         self.store = CompletedCheckpointStore(backend, self.config.num_retained,
                                               cache_listing=True)
@@ -169,10 +168,6 @@ class CheckpointCoordinator:
         self._deleted.add(checkpoint_id)
 
     # ------------------------------------------------------------------ queries
-    def register_listener(self, listener: CheckpointListener) -> None:
-        """Add a listener of checkpoint outcomes (driver commit worker)."""
-        self.listeners.append(listener)
-
     def pending_checkpoints(self) -> Dict[int, PendingCheckpoint]:
         """The pending checkpoints by id (driver commit worker)."""
         return dict(self._pending)
@@ -198,7 +193,7 @@ class CheckpointCoordinator:
         return None if meta is None else CompletedCheckpoint.from_metadata(meta)
 
     def mark_committed(self, checkpoint_id: int) -> None:
-        """Record that listeners finished committing ``checkpoint_id`` (idempotent).
+        """Record that the sink finished committing ``checkpoint_id`` (idempotent).
         Runs in the driver commit worker."""
         if checkpoint_id > self.state.last_committed_id:
             self.state.last_committed_id = checkpoint_id
@@ -431,11 +426,10 @@ class CheckpointCoordinator:
             logger.warning("checkpoint %d: debris cleanup failed: %s", n, exc)
         logger.info("checkpoint %d: completed (%d bytes of state in %d ms)", n,
                     completed.state_size_bytes, completed.duration_ms)
-        # Step 6. notify: completion first, then the checkpoints it subsumed.
-        self._notify(lambda lst: lst.notify_checkpoint_complete(n, completed))
-        for m in subsumed:
-            self._notify(lambda lst, m=m: lst.notify_checkpoint_aborted(
-                m, CheckpointFailureReason.CHECKPOINT_SUBSUMED))
+        # Step 6. record the outcome: completion first, then the checkpoints it subsumed.
+        self.outcomes.append(CheckpointOutcome(n, completed=completed))
+        subsumed_reason = CheckpointFailureReason.CHECKPOINT_SUBSUMED
+        self.outcomes.extend(CheckpointOutcome(m, reason=subsumed_reason) for m in subsumed)
 
     def _prune_history(self, newest: int) -> None:
         """Delete the folders of incomplete checkpoint ids that left the stats history
@@ -482,19 +476,7 @@ class CheckpointCoordinator:
         except StateBackendError as exc:
             logger.warning("checkpoint %d: could not discard its state: %s", n, exc)
         if notify:
-            self._notify(lambda lst: lst.notify_checkpoint_aborted(n, reason))
-
-    def _notify(self, call) -> None:
-        first_error = None
-        for listener in self.listeners:
-            try:
-                call(listener)
-            except Exception as exc:  # noqa: BLE001 - notify every listener, re-raise the first
-                logger.error("listener %r failed: %s", listener, exc)
-                first_error = first_error or exc
-        if first_error is not None:
-            self.flush()
-            raise first_error
+            self.outcomes.append(CheckpointOutcome(n, reason=reason))
 
     # ------------------------------------------------------------------ stats
     def _write_stats(self, pending: PendingCheckpoint,

@@ -26,6 +26,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 from pyspark.sql.datasource import DataSourceStreamWriter
 
+from barrier_core.barrier_message import SinkBarrier
 from barrier_core.schema import KIND_ACK, KIND_BARRIER, KIND_RECORD, channel_name
 from barrier_sink.messages import SinkCommitMessage
 from barrier_sink.shared_storage import require_shared_storage
@@ -49,11 +50,11 @@ def current_task() -> tuple:
 
 
 def barrier_of(row) -> dict:
-    return {"checkpoint_id": int(row["checkpoint_id"]),
-            "channel": channel_name(row["topic"], row["partition"]),
-            "offset": int(row["offset"]) if row["offset"] is not None else None,
-            "channels": list(row["barrier_channels"] or []),
-            "timestamp": row["checkpoint_timestamp"]}
+    """The commit-message entry of a barrier row (executor)."""
+    return SinkBarrier(int(row["checkpoint_id"]), channel_name(row["topic"], row["partition"]),
+                       int(row["offset"]) if row["offset"] is not None else None,
+                       tuple(row["barrier_channels"] or ()),
+                       row["checkpoint_timestamp"]).to_json()
 
 
 class TwoPhaseCommitWriter(DataSourceStreamWriter, ABC):

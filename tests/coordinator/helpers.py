@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from typing import List, Tuple
 
 from barrier_coordinator import (CheckpointCoordinator, CoordinatorConfig, ManualClock,
                                  TaskAcknowledgement)
@@ -11,7 +10,7 @@ from state_backends.memory import MemoryStateBackend
 
 
 class CheckpointSequenceValidator:
-    """Listener that expects outcomes in order: a positive id expects
+    """Observer that expects outcomes in order: a positive id expects
     ``notify_checkpoint_complete(id)``, a negative id expects ``notify_checkpoint_aborted(-id)``."""
 
     def __init__(self, *checkpoint_ids: int) -> None:
@@ -42,17 +41,6 @@ class CheckpointSequenceValidator:
             f"still expecting {self.expected[self.position:]}"
 
 
-class RecordingListener:
-    def __init__(self) -> None:
-        self.events: List[Tuple[str, int]] = []
-
-    def notify_checkpoint_complete(self, checkpoint_id, completed) -> None:
-        self.events.append(("complete", checkpoint_id))
-
-    def notify_checkpoint_aborted(self, checkpoint_id, reason) -> None:
-        self.events.append(("abort", checkpoint_id))
-
-
 def memory_backend(request) -> MemoryStateBackend:
     from state_backends.memory import clear_memory_backend
 
@@ -67,6 +55,39 @@ def ack_with_snapshot(backend, n: int, op: str, kg: int, data: bytes = b"state",
     return TaskAcknowledgement((handle,), {"t": {str(kg): 100 * n + kg}}, metrics)
 
 
-def new_coordinator(backend, clock: ManualClock, listeners=(), **config) -> CheckpointCoordinator:
-    """A fresh coordinator loaded from ``backend``: what each short-lived commit worker builds."""
-    return CheckpointCoordinator(backend, CoordinatorConfig(**config), clock, listeners)
+class Observed:
+    """A coordinator whose :attr:`~CheckpointCoordinator.outcomes` are handed to ``observers``
+    (``notify_checkpoint_complete`` / ``notify_checkpoint_aborted``, as Flink's listeners) right
+    after each call that produced them, still inside that call from the test's view."""
+
+    def __init__(self, coordinator: CheckpointCoordinator, observers) -> None:
+        self._coordinator, self._observers, self._seen = coordinator, list(observers), 0
+
+    def __getattr__(self, name):
+        value = getattr(self._coordinator, name)
+        if not callable(value):
+            return value
+
+        def call(*args, **kwargs):
+            try:
+                return value(*args, **kwargs)
+            finally:
+                self._deliver()
+        return call
+
+    def _deliver(self) -> None:
+        outcomes = self._coordinator.outcomes
+        for outcome in outcomes[self._seen:]:
+            for o in self._observers:
+                if outcome.completed is not None:
+                    o.notify_checkpoint_complete(outcome.checkpoint_id, outcome.completed)
+                else:
+                    o.notify_checkpoint_aborted(outcome.checkpoint_id, outcome.reason)
+        self._seen = len(outcomes)
+
+
+def new_coordinator(backend, clock: ManualClock, observers=(), **config):
+    """A fresh coordinator loaded from ``backend``: what each short-lived commit worker builds
+    (wrapped in :class:`Observed` when ``observers`` are given)."""
+    coordinator = CheckpointCoordinator(backend, CoordinatorConfig(**config), clock)
+    return Observed(coordinator, observers) if observers else coordinator

@@ -13,7 +13,7 @@ from barrier_coordinator.durable import STATE_PATH, pending_path
 from state_backends.base import metadata_path, stats_path
 from state_backends.exceptions import StateBackendError
 from state_backends.stats import COMPLETED, FAILED, read_stats
-from tests.coordinator.helpers import (CheckpointSequenceValidator, RecordingListener,
+from tests.coordinator.helpers import (CheckpointSequenceValidator,
                                        ack_with_snapshot, memory_backend, new_coordinator)
 
 TASKS = ["op:agg:kg:0", "op:agg:kg:1", "sink"]
@@ -231,23 +231,6 @@ def test_crash_after_metadata_before_bookkeeping_is_reconciled(backend, clock):
     assert not backend.exists(pending_path(1))
     assert read_stats(backend, 1).status == COMPLETED
     assert recovered.receive_acknowledge(1, "sink") is AcknowledgeResult.DUPLICATE
-
-
-def test_listener_failure_does_not_stop_others(backend, clock):
-    class Boom:
-        def notify_checkpoint_complete(self, n, completed):
-            raise RuntimeError("commit failed")
-
-        def notify_checkpoint_aborted(self, n, reason):
-            pass
-
-    recorder = RecordingListener()
-    c = new_coordinator(backend, clock, [Boom(), recorder])
-    c.trigger(1, clock.now_ms(), TASKS)
-    with pytest.raises(RuntimeError, match="commit failed"):
-        ack_all(c, backend, 1)
-    assert recorder.events == [("complete", 1)]
-    assert new_coordinator(backend, clock).last_completed_id == 1
 
 
 def test_retrigger_is_idempotent_and_can_add_tasks(backend, clock):

@@ -12,6 +12,7 @@ from barrier_coordinator import (AcknowledgeResult, CheckpointCoordinator,
                                  CheckpointFailureReason, CoordinatorConfig, ManualClock,
                                  TaskAcknowledgement)
 from state_backends.base import STATS_FILE
+from tests.coordinator.helpers import Observed
 from state_backends.filesystem import FilesystemStateBackend
 from state_backends.stats import COMPLETED, FAILED, read_stats
 
@@ -53,11 +54,11 @@ class Model:
 
 
 def build(backend, clock, model):
-    return CheckpointCoordinator(
+    return Observed(CheckpointCoordinator(
         backend, CoordinatorConfig(checkpoint_timeout_ms=TIMEOUT_MS,
                                    tolerable_failed_checkpoints=None, num_retained=RETAINED,
                                    stats_history=HISTORY),
-        clock, [model])
+        clock), [model])
 
 
 def check_invariants(c, backend, clock, model):
