@@ -26,7 +26,7 @@ from __future__ import annotations
 import base64
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Iterable, List, Optional
+from typing import List, Optional
 
 from state_backends.exceptions import InvalidBackendOptionError, MissingChunkError
 
@@ -195,15 +195,6 @@ class StateBackend(ABC):
                 f"metadata says {handle.size_bytes} (truncated or overwritten)",
                 handle.checkpoint_id, where)
         return data
-
-    def checkpoint_ids_on_storage(self) -> Iterable[int]:
-        """Ids of every ``chk-<n>`` folder, complete or not."""
-        ids = set()
-        for p in self.list(""):
-            head = p.split("/", 1)[0]
-            if head.startswith("chk-") and head[4:].isdigit():
-                ids.add(int(head[4:]))
-        return sorted(ids)
 
     def __eq__(self, other: object) -> bool:  # same class and same location
         return type(other) is type(self) and other.describe() == self.describe()

@@ -47,7 +47,10 @@ class TestBackendContract:
         everything = backend.list("")
         assert everything == sorted(everything) and len(everything) == 5
         assert backend.list("nope") == []
-        assert list(backend.checkpoint_ids_on_storage()) == [1, 2, 10]
+        from state_backends.checkpoint_store import CompletedCheckpointStore
+
+        store = CompletedCheckpointStore(backend)
+        assert store.completed_ids() == [1, 10] and store.incomplete_ids() == [2]
 
     def test_delete_prefix_never_touches_siblings(self, backend):
         for p in ("chk-1/op-a/kg-0", "chk-1/_metadata", "chk-10/op-a/kg-0", "chk-1x"):
