@@ -20,6 +20,8 @@ import subprocess
 import uuid
 from collections import Counter
 
+import pytest
+
 from barrier_demo.verify import read_topic
 from integration_tests.pipeline_support import (assert_no_open_transactions,
                                                 assert_offsets_committed,
@@ -28,10 +30,6 @@ from integration_tests.pipeline_support import (assert_no_open_transactions,
 from kafka_harness.tools import verifiable_produce
 from kafka_harness.topics import create_topic
 
-RECORDS = 90_000
-KEYS = 97
-BATCH = 3_000
-
 
 def _kills() -> int:
     if os.environ.get("BARRIER_KAFKA_RANDOM_KILLS"):
@@ -39,6 +37,14 @@ def _kills() -> int:
     return 100 if os.environ.get("BARRIER_KAFKA_SLOW") else 20
 
 
+KILLS = _kills()
+# Enough input that no run finishes before its kill, however many kills (90,000 for 20).
+RECORDS = 4_500 * KILLS
+KEYS = 97
+BATCH = 3_000
+
+
+@pytest.mark.timeout(300 + 25 * KILLS)  # each kill: up to 14 s of run plus a restart
 def test_sigkill_at_uniformly_random_times(bootstrap, kafka_admin, topic_factory, tmp_path):
     seed = int(os.environ.get("BARRIER_KAFKA_RANDOM_SEED", random.randrange(1 << 30)))
     print(f"random kill seed: {seed} (replay with BARRIER_KAFKA_RANDOM_SEED={seed})")
@@ -48,7 +54,7 @@ def test_sigkill_at_uniformly_random_times(bootstrap, kafka_admin, topic_factory
     output = topic_factory(2, prefix="eo_rand_out")
     workdir = str(tmp_path)
     group, prefix = f"eo-rand-{uuid.uuid4().hex[:6]}", f"eo-rand-{uuid.uuid4().hex[:6]}"
-    kills, finished_early, visible = _kills(), 0, []
+    kills, finished_early, visible = KILLS, 0, []
     for _ in range(kills):
         proc = start_pipeline_process(bootstrap, topic, output, workdir, group, prefix,
                                       max_offsets_per_trigger=BATCH)
