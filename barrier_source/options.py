@@ -102,7 +102,7 @@ SOURCE_OPTIONS = [
                "consistent cut: per partition before the first record with timestamp >= the "
                "trigger time (it may fall mid-batch, or in a later batch for a partition held "
                "back by maxOffsetsPerTrigger).",
-               kind="choice", choices=("end", "timestamp")),
+               kind="choice", choices=(PLACEMENT_END, PLACEMENT_TIMESTAMP)),
     OptionSpec("checkpoint.storage", None, "Set when a coordinator (2PC sink) completes "
                "checkpoints: the same state-backend path as the sink's. The source then commits "
                "group offsets from '<checkpoint.storage>/_completed_offsets.json' and counts "
@@ -131,16 +131,6 @@ _STREAM_ONLY_FORBIDDEN = {
                                 "valid for a stream",
     "endingtimestamp": "endingTimestamp is for batch queries; it is not valid for a stream",
 }
-_canonical = canonical_options
-
-
-def _bool(o: Dict[str, str], name: str, default: bool) -> bool:
-    raw = o.get(name.lower())
-    if raw is None:
-        return default
-    if raw.strip().lower() in ("true", "false"):
-        return raw.strip().lower() == "true"
-    raise InvalidOptionError(f"Option '{name}' must be 'true' or 'false'; got '{raw}'.")
 
 
 def _int(o: Dict[str, str], name: str, default: Optional[int], minimum: int = 0) -> Optional[int]:
@@ -262,7 +252,7 @@ class SourceOptions:
             Unknown, malformed or conflicting options; the message names the option (never a
             secret value) and, for a misspelling, the closest valid name.
         """
-        o = _canonical(options)
+        o = canonical_options(options)
         for key, why in _STREAM_ONLY_FORBIDDEN.items():
             if key in o:
                 raise InvalidOptionError(f"Option '{key}': {why}.")
