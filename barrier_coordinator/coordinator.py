@@ -36,6 +36,7 @@ import logging
 from typing import Dict, Iterable, List, Optional
 
 from barrier_core.faults import FaultPoint, fault_point
+from barrier_core.query_run import read_run_start
 from barrier_coordinator.batch import fold_batch
 from barrier_coordinator.checkpoint_stats import checkpoint_stats, ensure_completed_stats
 from barrier_coordinator.clock import Clock, SystemClock
@@ -88,6 +89,9 @@ class CheckpointCoordinator:
         self.store.history_floor = self.state.history_pruned_below
         self.failure_manager.load_json(self.state.failures)
         self._pending: Dict[int, PendingCheckpoint] = self._durable.load_pending()
+        #: Start of the current query run: pending checkpoints' timeouts run from here at the
+        #: earliest (time the query was down does not count; :mod:`barrier_core.query_run`).
+        self.run_started_ms = read_run_start(backend)
         self._reconcile()
 
     # ------------------------------------------------------------------ persistence
@@ -236,7 +240,8 @@ class CheckpointCoordinator:
             self._state_dirty = True
             logger.debug("checkpoint %d: triggered @ %d, expecting %d tasks", checkpoint_id,
                          timestamp_ms, len(pending.expected))
-            if pending.is_expired(self.clock.now_ms(), self.config.checkpoint_timeout_ms):
+            if pending.is_expired(self.clock.now_ms(), self.config.checkpoint_timeout_ms,
+                                  self.run_started_ms):
                 self._abort(pending, CheckpointFailureReason.CHECKPOINT_EXPIRED,
                             "Triggered after its timeout had already passed.")
                 pending = None
@@ -347,12 +352,12 @@ class CheckpointCoordinator:
         Runs in the driver commit worker."""
         now = self.clock.now_ms()
         expired = [p for _, p in sorted(self._pending.items())
-                   if p.is_expired(now, self.config.checkpoint_timeout_ms)]
+                   if p.is_expired(now, self.config.checkpoint_timeout_ms, self.run_started_ms)]
         if not expired:
             return []
         with self.deferred():
             for p in expired:
-                waited = now - p.timestamp_ms
+                waited = now - max(p.timestamp_ms, self.run_started_ms)
                 self._abort(p, CheckpointFailureReason.CHECKPOINT_EXPIRED,
                             f"Waited {waited} ms (timeout {self.config.checkpoint_timeout_ms} ms)"
                             f" for: {', '.join(p.not_yet_acknowledged()[:10])}")

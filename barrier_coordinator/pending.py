@@ -122,8 +122,11 @@ class PendingCheckpoint:
         """Savepoints are never subsumed (Flink: ``canBeSubsumed``)."""
         return not self.is_savepoint
 
-    def is_expired(self, now_ms: int, timeout_ms: int) -> bool:
-        return self.status is PendingStatus.PENDING and now_ms >= self.timestamp_ms + timeout_ms
+    def is_expired(self, now_ms: int, timeout_ms: int, run_started_ms: int = 0) -> bool:
+        """Pending for ``timeout_ms`` since its trigger or since the current query run started
+        (``run_started_ms``), whichever is later (:mod:`barrier_core.query_run`)."""
+        return (self.status is PendingStatus.PENDING
+                and now_ms >= max(self.timestamp_ms, run_started_ms) + timeout_ms)
 
     # ------------------------------------------------------------------ changes
     def _transition_to(self, target: PendingStatus) -> None:

@@ -38,6 +38,7 @@ class PipelineConfig:
     output_path: Optional[str] = None  # set: write to the barrier-files sink there, not Kafka
     restore_from: Optional[str] = None  # 'chk-<n>' / 'savepoints/<name>' in this storage
     checkpoint_location: Optional[str] = None  # Spark's checkpointLocation as the user spells it
+    checkpoint_timeout_ms: Optional[int] = None  # the sink's execution.checkpointing.timeout
 
     @property
     def storage(self) -> str:
@@ -87,6 +88,8 @@ def start_pipeline(spark, cfg: PipelineConfig, sink: str = "barrier-kafka",
                   .option("checkpoint.storage", cfg.storage))
         if cfg.transactional_id_prefix:  # else the default, derived from checkpointLocation
             writer = writer.option("transactionalIdPrefix", cfg.transactional_id_prefix)
+    if cfg.checkpoint_timeout_ms and sink != "spark-kafka":
+        writer = writer.option("execution.checkpointing.timeout", str(cfg.checkpoint_timeout_ms))
     if trigger_s:
         writer = writer.trigger(processingTime=f"{trigger_s} seconds")
     return (writer.option("checkpointLocation", cfg.spark_checkpoint)
@@ -179,6 +182,8 @@ def main(argv=None) -> int:
                         help="Spark master (a spark:// standalone cluster for cluster tests)")
     parser.add_argument("--speculation", action="store_true",
                         help="speculative task attempts (spark.speculation, eager settings)")
+    parser.add_argument("--checkpoint-timeout-ms", type=int, default=None,
+                        help="the sink's execution.checkpointing.timeout (default 600000)")
     parser.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -196,7 +201,8 @@ def main(argv=None) -> int:
     cfg = PipelineConfig(args.bootstrap, args.input, args.output, args.workdir, args.group,
                          args.prefix, args.max_offsets_per_trigger,
                          output_path=args.output_path,
-                         checkpoint_location=args.checkpoint_location)
+                         checkpoint_location=args.checkpoint_location,
+                         checkpoint_timeout_ms=args.checkpoint_timeout_ms)
     took = run_until_caught_up(spark, cfg, args.timeout)
     print(json.dumps({"caught_up_seconds": round(took, 1)}), flush=True)
     spark.stop()

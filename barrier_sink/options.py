@@ -27,7 +27,8 @@ COMMON_SINK_OPTIONS: List[OptionSpec] = [
                "Not needed: the sink reads the source's checkpoint settings from "
                "checkpoint.storage. If given (ms), it must equal the source's interval."),
     OptionSpec("execution.checkpointing.timeout", "600000",
-               "A pending checkpoint older than this (ms) is aborted (expired)."),
+               "A checkpoint pending this long (ms) is aborted (expired), counted from its "
+               "trigger or from the query's restart, whichever is later."),
     OptionSpec("execution.checkpointing.tolerable-failed-checkpoints", "0",
                "Consecutive failed checkpoints tolerated before the query fails."),
     OptionSpec("restart.budget.ms", "240000",

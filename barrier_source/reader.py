@@ -89,6 +89,9 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         self._latest: Optional[PartitionOffsets] = None
         if self.opts.checkpoint_storage and self._trigger.is_enabled:
             self._record_checkpoint_settings()
+            from barrier_core.query_run import record_run_start
+
+            record_run_start(self._storage_backend(), _now_ms())  # a new run of the query
 
     def _record_checkpoint_settings(self) -> None:
         """Publish the trigger settings in checkpoint.storage for the sink (driver, at start;

@@ -115,3 +115,34 @@ def test_checkpoint_location_spelled_three_ways(bootstrap, kafka_admin, topic_fa
                                             "checkpointLocation": location}
                                            ).transactional_id_prefix
     assert_exactly_once(bootstrap, topic, output, workdir, group, prefix, 30_000)
+
+
+def test_restart_slower_than_the_checkpoint_timeout(bootstrap, kafka_admin, topic_factory,
+                                                    tmp_path):
+    """Issue 12 (found by the random-kill soak): the first checkpoint was pending when the
+    query died, and the query came back after ``execution.checkpointing.timeout``. Old main
+    measured the timeout from the trigger, so the restarted run's first commit expired the
+    checkpoint and, with no tolerated failures, failed the query again (and every restart that
+    took as long). The time the query is down must not count: the restarted run completes the
+    checkpoint and the pipeline ends exactly-once."""
+    timeout_ms = 20_000
+    topic = produce_input(kafka_admin, bootstrap, 20_000, KEYS)
+    output = topic_factory(2, prefix="eo_slow_restart")
+    workdir = str(tmp_path)
+    group, prefix = f"eo-slow-{uuid.uuid4().hex[:6]}", f"eo-slow-{uuid.uuid4().hex[:6]}"
+    crash_dir = os.path.join(workdir, "crash")
+    args = ["--checkpoint-timeout-ms", str(timeout_ms)]
+    point = FaultPoint.COMMIT_BEFORE_METADATA.value
+    rc = run_pipeline(bootstrap, topic, output, workdir, group, prefix,
+                      fault_env(crash_dir, crash_at=f"{point}:1"), max_offsets_per_trigger=5_000,
+                      extra_args=args)
+    crashed = os.path.join(crash_dir, "crashed")
+    assert rc == -9 and os.path.exists(crashed), f"exit {rc}; see {workdir}/run.log"
+    # Checkpoint 1 was triggered before the crash; stay down until its timeout has passed.
+    down_until = os.path.getmtime(crashed) + timeout_ms / 1000 + 1
+    while time.time() < down_until:
+        time.sleep(down_until - time.time())
+    rc = run_pipeline(bootstrap, topic, output, workdir, group, prefix,
+                      max_offsets_per_trigger=5_000, extra_args=args)
+    assert rc == 0, f"the restarted query failed (exit {rc}); see {workdir}/run.log"
+    assert_exactly_once(bootstrap, topic, output, workdir, group, prefix, 20_000)

@@ -247,3 +247,38 @@ def test_mark_committed_is_durable(backend, clock):
     c.mark_committed(3)
     c.mark_committed(2)
     assert new_coordinator(backend, clock).last_committed_id == 3
+
+
+def test_a_checkpoint_cut_off_by_a_restart_gets_a_full_timeout_in_the_new_run(backend, clock):
+    """A pending checkpoint's timeout runs from its trigger or from the start of the current
+    query run, whichever is later (Flink aborts the checkpoints a failover cuts off without
+    counting them; here their barriers live in the replayed data, so the restarted run can still
+    complete them). Old main: the restarted query's first commit expired checkpoint 1 and, with
+    no tolerated failures, failed the query on every restart that took longer than the timeout."""
+    from barrier_core.query_run import record_run_start
+
+    record_run_start(backend, clock.now_ms())
+    c = new_coordinator(backend, clock, checkpoint_timeout_ms=1000, tolerable_failed_checkpoints=0)
+    c.trigger(1, clock.now_ms(), TASKS)
+    ack_all(c, backend, 1, skip=["sink"])
+    clock.advance(5000)  # the query is down for five timeouts
+    record_run_start(backend, clock.now_ms())  # the restarted source
+    c = new_coordinator(backend, clock, checkpoint_timeout_ms=1000, tolerable_failed_checkpoints=0)
+    assert c.abort_expired_checkpoints() == []
+    assert c.trigger(1, clock.now_ms() - 5000, TASKS) is not None  # the replayed batch
+    clock.advance(999)
+    assert c.receive_acknowledge(1, "sink") is AcknowledgeResult.SUCCESS
+    assert c.last_completed_id == 1 and c.failure_manager.continuous_failures == 0
+    # The new run's own clock still applies: a checkpoint stuck in it expires and counts.
+    c.trigger(2, clock.now_ms(), TASKS)
+    clock.advance(1000)
+    with pytest.raises(CheckpointException) as info:
+        c.abort_expired_checkpoints()
+    assert info.value.reason is CheckpointFailureReason.TOO_MANY_CHECKPOINT_FAILURES
+
+
+def test_without_a_recorded_run_start_the_trigger_time_counts(backend, clock):
+    c = new_coordinator(backend, clock, checkpoint_timeout_ms=1000, tolerable_failed_checkpoints=5)
+    c.trigger(1, clock.now_ms(), TASKS)
+    clock.advance(1000)
+    assert c.abort_expired_checkpoints() == [1]

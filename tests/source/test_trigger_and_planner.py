@@ -1,6 +1,7 @@
 """Checkpoint trigger decision and batch planning (pure functions, injected time)."""
 
 import json
+import time
 
 import pytest
 
@@ -126,3 +127,25 @@ def test_owed_barriers_are_admitted_before_the_proportional_share():
     assert near[1] >= 300 and sum(near.values()) - 280 == 60
     # an owed barrier behind the start (already read) takes nothing
     assert rate_limit(starts, latest, 60, owed={"t:1": 0})["t"] == {0: 46, 1: 14}
+
+
+def test_each_reader_records_the_start_of_its_query_run(tmp_path):
+    """The coordinator measures a pending checkpoint's timeout from the later of its trigger and
+    the current run's start (barrier_core.query_run); the source's reader records that start
+    when Spark creates it, once per run of the query, without contacting Kafka."""
+    from barrier_core.query_run import read_run_start
+    from barrier_core.schema import source_schema
+    from barrier_source.reader import BarrierKafkaStreamReader
+    from state_backends.registry import backend_from_uri
+
+    storage = str(tmp_path / "storage")
+    options = {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t",
+               "checkpoint.storage": storage}
+    before = int(time.time() * 1000)
+    BarrierKafkaStreamReader(options, source_schema())
+    first = read_run_start(backend_from_uri(storage))
+    assert first >= before
+    while int(time.time() * 1000) == first:  # the next run starts in a later millisecond
+        pass
+    BarrierKafkaStreamReader(options, source_schema())
+    assert read_run_start(backend_from_uri(storage)) > first
