@@ -18,7 +18,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 from barrier_ops.examples.running_count import OUTPUT_SCHEMA, RunningCount
 
@@ -38,7 +38,7 @@ class PipelineConfig:
     output_path: Optional[str] = None  # set: write to the barrier-files sink there, not Kafka
     restore_from: Optional[str] = None  # 'chk-<n>' / 'savepoints/<name>' in this storage
     checkpoint_location: Optional[str] = None  # Spark's checkpointLocation as the user spells it
-    checkpoint_timeout_ms: Optional[int] = None  # the sink's execution.checkpointing.timeout
+    sink_options: Tuple[Tuple[str, str], ...] = ()  # more options of the 2PC sink
 
     @property
     def storage(self) -> str:
@@ -88,8 +88,9 @@ def start_pipeline(spark, cfg: PipelineConfig, sink: str = "barrier-kafka",
                   .option("checkpoint.storage", cfg.storage))
         if cfg.transactional_id_prefix:  # else the default, derived from checkpointLocation
             writer = writer.option("transactionalIdPrefix", cfg.transactional_id_prefix)
-    if cfg.checkpoint_timeout_ms and sink != "spark-kafka":
-        writer = writer.option("execution.checkpointing.timeout", str(cfg.checkpoint_timeout_ms))
+    if sink != "spark-kafka":
+        for key, value in cfg.sink_options:
+            writer = writer.option(key, value)
     if trigger_s:
         writer = writer.trigger(processingTime=f"{trigger_s} seconds")
     return (writer.option("checkpointLocation", cfg.spark_checkpoint)
@@ -182,8 +183,9 @@ def main(argv=None) -> int:
                         help="Spark master (a spark:// standalone cluster for cluster tests)")
     parser.add_argument("--speculation", action="store_true",
                         help="speculative task attempts (spark.speculation, eager settings)")
-    parser.add_argument("--checkpoint-timeout-ms", type=int, default=None,
-                        help="the sink's execution.checkpointing.timeout (default 600000)")
+    parser.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="another option of the 2PC sink (repeatable), e.g. "
+                             "execution.checkpointing.timeout=20000")
     parser.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -202,7 +204,7 @@ def main(argv=None) -> int:
                          args.prefix, args.max_offsets_per_trigger,
                          output_path=args.output_path,
                          checkpoint_location=args.checkpoint_location,
-                         checkpoint_timeout_ms=args.checkpoint_timeout_ms)
+                         sink_options=tuple(tuple(o.split("=", 1)) for o in args.sink_option))
     took = run_until_caught_up(spark, cfg, args.timeout)
     print(json.dumps({"caught_up_seconds": round(took, 1)}), flush=True)
     spark.stop()

@@ -131,7 +131,7 @@ def test_restart_slower_than_the_checkpoint_timeout(bootstrap, kafka_admin, topi
     workdir = str(tmp_path)
     group, prefix = f"eo-slow-{uuid.uuid4().hex[:6]}", f"eo-slow-{uuid.uuid4().hex[:6]}"
     crash_dir = os.path.join(workdir, "crash")
-    args = ["--checkpoint-timeout-ms", str(timeout_ms)]
+    args = ["--sink-option", f"execution.checkpointing.timeout={timeout_ms}"]
     point = FaultPoint.COMMIT_BEFORE_METADATA.value
     rc = run_pipeline(bootstrap, topic, output, workdir, group, prefix,
                       fault_env(crash_dir, crash_at=f"{point}:1"), max_offsets_per_trigger=5_000,
@@ -145,4 +145,35 @@ def test_restart_slower_than_the_checkpoint_timeout(bootstrap, kafka_admin, topi
     rc = run_pipeline(bootstrap, topic, output, workdir, group, prefix,
                       max_offsets_per_trigger=5_000, extra_args=args)
     assert rc == 0, f"the restarted query failed (exit {rc}); see {workdir}/run.log"
+    assert_exactly_once(bootstrap, topic, output, workdir, group, prefix, 20_000)
+
+
+def test_checkpoint_expired_in_a_running_query(bootstrap, kafka_admin, topic_factory, tmp_path):
+    """Checkpoint expiry end to end: one sink task of a batch is slowed past
+    ``execution.checkpointing.timeout``, so the checkpoint that batch carries has expired by the
+    time the batch commits. With one tolerated failure the query goes on: the expired
+    checkpoint's transactions are not lost but committed with the next completed checkpoint, the
+    next checkpoint triggers (the expired one released its slot) and the output is exactly-once,
+    with the expiry recorded in the checkpoint statistics."""
+    from state_backends.registry import backend_from_uri
+    from state_backends.stats import FAILED, load_all_stats
+
+    topic = produce_input(kafka_admin, bootstrap, 20_000, KEYS)
+    output = topic_factory(2, prefix="eo_expire")
+    workdir = str(tmp_path)
+    group, prefix = f"eo-exp-{uuid.uuid4().hex[:6]}", f"eo-exp-{uuid.uuid4().hex[:6]}"
+    # Far above an ordinary batch on a busy machine (a few seconds), far below the delay.
+    timeout_ms = 25_000
+    args = ["--sink-option", f"execution.checkpointing.timeout={timeout_ms}",
+            "--sink-option", "execution.checkpointing.tolerable-failed-checkpoints=1"]
+    slow = f"{FaultPoint.TASK_WRITE.value}:3:{timeout_ms / 1000 + 15}"
+    rc = run_pipeline(bootstrap, topic, output, workdir, group, prefix,
+                      fault_env(os.path.join(workdir, "delay"), delay_at=slow),
+                      max_offsets_per_trigger=5_000, extra_args=args)
+    assert rc == 0, f"exit {rc}; see {workdir}/run.log"
+    stats = load_all_stats(backend_from_uri(os.path.join(workdir, "storage")))
+    expired = [s for s in stats if s.status == FAILED]
+    assert len(expired) == 1 and "CHECKPOINT_EXPIRED" in expired[0].failure_reason, \
+        [(s.checkpoint_id, s.status, s.failure_reason) for s in stats]
+    assert max(s.checkpoint_id for s in stats) > expired[0].checkpoint_id
     assert_exactly_once(bootstrap, topic, output, workdir, group, prefix, 20_000)
