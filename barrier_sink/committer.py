@@ -93,6 +93,15 @@ class SinkCommitter(ABC):
                                if self.handle_id(h) not in done}
         return cache[batch_id]
 
+    def recorded_open_names(self) -> set:
+        """Transaction names of every recorded handle not yet committed or aborted, in all
+        recorded batches (driver: before a batch's tasks, and in the commit worker)."""
+        cache: dict = {}
+        out: set = set()
+        for b in self.recorded_batches():
+            out |= self._pending_names(b, cache)
+        return out
+
     @staticmethod
     def handle_id(handle: dict) -> str:
         """Identity of a handle's slot, the same in every attempt and replay of its batch:

@@ -4,11 +4,14 @@ Input columns (as Spark's Kafka sink): ``value`` (string or binary, required), o
 ``topic`` (unless the ``topic`` option is set), ``partition``, ``headers``; plus the barrier-kafka
 columns ``kind`` and ``checkpoint_id`` (and ``ack`` after a keyed operator, ``barrier_channels``
 and ``checkpoint_timestamp`` from the source). Executors write each task's rows of one epoch in
-one Kafka transaction with transactional.id ``<prefix>-b<batch>-p<task>-a<attempt>-e<epoch>``:
-every attempt of a task (retry, speculative copy) has its own ids, so no attempt fences another's
-pre-committed transaction. Spark hands the driver the winning attempt's handles; the driver
-commits them when the epoch's checkpoint completes and aborts every other open transaction of an
-attempt it recorded no handle for (losers, crashed attempts: :mod:`barrier_sink.lingering`).
+one Kafka transaction. Its transactional.id comes from the task attempt's pool
+(``<prefix>-p<task>-a<attempt>-s<slot>``, reused only after the transaction last recorded under
+it ended: :mod:`barrier_sink.id_pool`), or with ``transaction.naming.strategy`` INCREMENTING is
+``<prefix>-b<batch>-p<task>-a<attempt>-e<epoch>``. Every attempt of a task (retry, speculative
+copy) has its own ids, so no attempt fences another's pre-committed transaction. Spark hands the
+driver the winning attempt's handles; the driver commits them when the epoch's checkpoint
+completes and aborts every other open transaction of an attempt it recorded no handle for
+(losers, crashed attempts: :mod:`barrier_sink.lingering`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from typing import Dict, Optional
 from barrier_sink.committer import SinkCommitter
 from barrier_sink.exceptions import InvalidOptionError
 from barrier_sink.lingering import list_lingering
-from barrier_sink.options import KafkaSinkOptions, transactional_id_batch
+from barrier_sink.id_pool import TransactionalIdPool
+from barrier_sink.options import (KafkaSinkOptions, is_pooled_transactional_id,
+                                  transactional_id_batch)
 from barrier_sink.transaction import (EndResult, TransactionalWriter, TransactionHandle,
                                       abort_handle, commit_handle, fence_and_abort)
 from barrier_sink.two_phase_commit import TwoPhaseCommitWriter
@@ -64,12 +69,26 @@ class KafkaSinkCommitter(SinkCommitter):
         every ``read_committed`` reader until ``transaction.timeout.ms`` (driver)."""
         prefix = self.opts.transactional_id_prefix
         cache: dict = {}
+        open_names, newest = None, None
         for txn in list_lingering(self.opts.kafka, prefix):
-            b = transactional_id_batch(prefix, txn.transactional_id)
-            if b is None or (batch_id is not None and b > batch_id):
-                continue
-            if txn.transactional_id in self._pending_names(b, cache):
-                continue
+            if is_pooled_transactional_id(prefix, txn.transactional_id):
+                # A pooled id names no batch: sweep only when every batch up to the running one
+                # is recorded (the commit of the newest batch), never at a start that may run
+                # before the running batch's handles are recorded.
+                if newest is None:
+                    newest = max(self.recorded_batches(), default=-1)
+                if batch_id is None or batch_id < newest:
+                    continue
+                if open_names is None:
+                    open_names = self.recorded_open_names()
+                if txn.transactional_id in open_names:
+                    continue
+            else:
+                b = transactional_id_batch(prefix, txn.transactional_id)
+                if b is None or (batch_id is not None and b > batch_id):
+                    continue
+                if txn.transactional_id in self._pending_names(b, cache):
+                    continue
             logger.warning("%s: open transaction of an attempt no batch record names (a "
                            "losing speculative or retried attempt, or a crashed run): "
                            "aborting it", txn.transactional_id)
@@ -98,7 +117,8 @@ class KafkaSinkCommitter(SinkCommitter):
                 f"{h.transactional_id}: pre-committed transaction (producer {h.producer_id} "
                 f"epoch {h.producer_epoch}, {h.records} records) was fenced before its "
                 "checkpoint committed it: a newer producer initialised the same "
-                "transactional.id. Each task attempt has its own id, so the likely cause is "
+                "transactional.id. Each task attempt has its own ids and reuses one only after "
+                "the transaction recorded under it ended, so the likely cause is "
                 f"another query or job using transactionalIdPrefix "
                 f"'{self.opts.transactional_id_prefix}' (give each query its own prefix), or "
                 "a manual abort of this prefix's transactions.")
@@ -118,13 +138,38 @@ class KafkaTwoPhaseCommitWriter(TwoPhaseCommitWriter):
         validate_schema(schema, self.opts)
         names = set(schema.fieldNames())
         self._has = {c: c in names for c in ("key", "topic", "partition", "headers")}
+        self._in_use = None  # pooled ids still in use, read when pickled for the tasks
+        self._pool = None  # executor: this batch's TransactionalIdPool
+
+    def __getstate__(self):
+        """Spark pickles the writer on the driver before each batch's tasks (after the previous
+        batch's commit returned): snapshot the pooled ids still in use for them (driver)."""
+        state = dict(self.__dict__)
+        if self.opts.pooled and self._in_use is None:
+            self._in_use = frozenset(self.committer().recorded_open_names())
+        state["_in_use"], state["_pool"] = self._in_use, None
+        return state
 
     # executor -------------------------------------------------------------
     def begin_transaction(self, batch_id, partition_id, attempt, checkpoint_id):
         """Open a transactional producer for one epoch of one task attempt (executor)."""
-        tid = self.opts.transactional_id(batch_id, partition_id, checkpoint_id, attempt)
+        tid = self.next_transactional_id(batch_id, partition_id, attempt, checkpoint_id)
         return TransactionalWriter(self.opts.kafka, tid, self.opts.transaction_timeout_ms,
                                    batch_id, partition_id, checkpoint_id).open()
+
+    def next_transactional_id(self, batch_id: int, partition_id: int, attempt: int,
+                              checkpoint_id: Optional[int]) -> str:
+        """The transactional.id of the task attempt's next transaction in this batch: the
+        lowest free slot of its pool, or the incrementing name (executor)."""
+        if self.opts.pooled:
+            if self._pool is None:
+                if self._in_use is None:
+                    raise RuntimeError("bug: the sink writer reached a task without the set of "
+                                       "transactional ids in use (it was not pickled by Spark)")
+                self._pool = TransactionalIdPool(self.opts.pooled_transactional_id,
+                                                 self._in_use)
+            return self._pool.acquire(batch_id, partition_id, attempt)
+        return self.opts.transactional_id(batch_id, partition_id, checkpoint_id, attempt)
 
     def invoke(self, txn: TransactionalWriter, row) -> None:
         """Send one record row (executor)."""

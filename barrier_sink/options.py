@@ -45,6 +45,9 @@ COMMON_SINK_OPTIONS: List[OptionSpec] = [
                is_prefix=True),
 ]
 
+POOLING, INCREMENTING = "POOLING", "INCREMENTING"
+NAMING_STRATEGIES = (POOLING, INCREMENTING)
+
 KAFKA_SINK_OPTIONS: List[OptionSpec] = [
     OptionSpec("kafka.bootstrap.servers", None, "Kafka brokers.", is_required=True),
     OptionSpec("kafka.", None, "Any other Kafka producer setting, translated exactly as on the "
@@ -57,6 +60,13 @@ KAFKA_SINK_OPTIONS: List[OptionSpec] = [
     OptionSpec("transactionalIdPrefix", "barrier-kafka-<hash of checkpointLocation>",
                "Prefix of every transactional.id this sink uses. Queries with different "
                "prefixes never fence each other."),
+    OptionSpec("transaction.naming.strategy", "POOLING",
+               "POOLING: each sink task attempt reuses a small pool of transactional ids "
+               "(`<prefix>-p<task>-a<attempt>-s<slot>`), an id only once every transaction "
+               "recorded under it has ended, so the ids the broker keeps stay bounded however "
+               "long the job runs (Flink's TransactionNamingStrategy.POOLING). INCREMENTING: a "
+               "new id per batch, task attempt and epoch (`<prefix>-b<batch>-p<task>-a<attempt>"
+               "-e<epoch>`), the naming of earlier releases."),
     OptionSpec("kafka.transaction.timeout.ms", "900000",
                "Kafka transaction timeout: at least interval + checkpoint timeout + restart "
                "budget, at most the broker's transaction.max.timeout.ms."),
@@ -195,6 +205,7 @@ class KafkaSinkOptions:
     transactional_id_prefix: str
     transaction_timeout_ms: int
     kafka: Dict[str, object] = field(repr=False, default_factory=dict)
+    naming_strategy: str = POOLING
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> "KafkaSinkOptions":
@@ -207,8 +218,13 @@ class KafkaSinkOptions:
             prefix = f"barrier-kafka-{digest}"
         timeout = _int(options, "kafka.transaction.timeout.ms",
                        _default(KAFKA_SINK_OPTIONS, "kafka.transaction.timeout.ms"))
+        naming = (_get(options, "transaction.naming.strategy") or POOLING).upper()
+        if naming not in NAMING_STRATEGIES:
+            raise InvalidOptionError(
+                f"Option 'transaction.naming.strategy' must be one of {list(NAMING_STRATEGIES)}, "
+                f"got {_get(options, 'transaction.naming.strategy')!r}.")
         opts = cls(checkpoint, _get(options, "topic"), prefix, timeout,
-                   kafka_client_config(options))
+                   kafka_client_config(options), naming)
         opts.check_transaction_timeout()
         return opts
 
@@ -270,13 +286,31 @@ class KafkaSinkOptions:
         return (f"{self.transactional_id_prefix}-b{batch_id}-p{partition_id}-a{attempt}"
                 f"-e{epoch}")
 
+    def pooled_transactional_id(self, partition_id: int, attempt: int, slot: int) -> str:
+        """``<prefix>-p<task>-a<attempt>-s<slot>``: slot ``slot`` of the id pool of one task
+        attempt (``transaction.naming.strategy`` POOLING, :mod:`barrier_sink.id_pool`)."""
+        return f"{self.transactional_id_prefix}-p{partition_id}-a{attempt}-s{slot}"
+
+    @property
+    def pooled(self) -> bool:
+        return self.naming_strategy == POOLING
+
 
 def is_sink_transactional_id(prefix: str, transactional_id: str) -> bool:
     """True if the sink with ``transactionalIdPrefix`` = ``prefix`` made ``transactional_id``
-    (``<prefix>-b<batch>-p<partition>-a<attempt>-e<epoch>``, or the attempt-less form of 0.1).
+    (pooled ``<prefix>-p<task>-a<attempt>-s<slot>``, incrementing
+    ``<prefix>-b<batch>-p<partition>-a<attempt>-e<epoch>``, or the attempt-less form of 0.1).
     Exact, not a string prefix: the sink of prefix ``orders`` never claims the transactions of
     a query whose prefix is ``orders-eu``."""
-    return transactional_id_batch(prefix, transactional_id) is not None
+    return (transactional_id_batch(prefix, transactional_id) is not None
+            or is_pooled_transactional_id(prefix, transactional_id))
+
+
+def is_pooled_transactional_id(prefix: str, transactional_id: str) -> bool:
+    """True for an id of this prefix's pool (``<prefix>-p<task>-a<attempt>-s<slot>``)."""
+    import re
+
+    return re.fullmatch(rf"{re.escape(prefix)}-p\d+-a\d+-s\d+", transactional_id) is not None
 
 
 def transactional_id_batch(prefix: str, transactional_id: str) -> Optional[int]:

@@ -14,6 +14,7 @@ the best and the median of ``--repeats`` runs and their ratio.
 from __future__ import annotations
 
 import argparse
+import pickle
 import os
 import statistics
 import sys
@@ -39,13 +40,14 @@ def one_round(bootstrap: str, topic: str, tasks: int, parallelism: int) -> float
          "checkpointLocation": os.path.join(workdir, "chk")}, SCHEMA)
     channels = [f"in:{t}" for t in range(tasks)]
     messages = []
+    task_writer = pickle.loads(pickle.dumps(writer))  # as Spark ships it to the tasks
     for t in range(tasks):
-        txn = writer.begin_transaction(0, t, 0, 1)
+        txn = task_writer.begin_transaction(0, t, 0, 1)
         for i in range(100):
-            writer.invoke(txn, {"kind": "record", "checkpoint_id": 1, "value": f"v{t}-{i}"})
+            task_writer.invoke(txn, {"kind": "record", "checkpoint_id": 1, "value": f"v{t}-{i}"})
         barrier = {"checkpoint_id": 1, "channel": f"in:{t}", "offset": 100,
                    "channels": channels, "timestamp": int(time.time() * 1000)}
-        messages.append(SinkCommitMessage(0, t, handles=[writer.pre_commit(txn)],
+        messages.append(SinkCommitMessage(0, t, handles=[task_writer.pre_commit(txn)],
                                           barriers=[barrier], records=100))
     committer = writer.committer()
     committer.COMMIT_PARALLELISM = parallelism

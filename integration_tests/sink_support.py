@@ -70,3 +70,11 @@ def run_script_to_sink(spark, script_path: str, sink_format: str, chk: str, **op
         query.processAllAvailable()
     finally:
         query.stop()
+
+
+def as_shipped_to_tasks(writer):
+    """The writer as Spark's tasks get it: pickled on the driver before the batch (the Kafka
+    sink snapshots its pooled transactional ids in use then) and unpickled on the executor."""
+    import pickle
+
+    return pickle.loads(pickle.dumps(writer))

@@ -20,7 +20,7 @@ from barrier_sink.file_sink import FileTwoPhaseCommitWriter, published_files
 from barrier_sink.kafka_sink import KafkaTwoPhaseCommitWriter
 from barrier_sink.lingering import list_lingering
 from barrier_sink.messages import SinkCommitMessage
-from integration_tests.sink_support import read_committed_topic
+from integration_tests.sink_support import as_shipped_to_tasks, read_committed_topic
 
 SCHEMA = StructType([StructField("kind", StringType()), StructField("checkpoint_id", LongType()),
                      StructField("value", StringType())])
@@ -38,7 +38,7 @@ def _sealing_message(handle: dict, records: int) -> SinkCommitMessage:
 
 
 def _attempt(writer, attempt: int, rows):
-    txn = writer.begin_transaction(0, 0, attempt, 1)
+    txn = writer.begin_transaction(0, 0, attempt, 1)  # writer: as shipped to the tasks
     for row in rows:
         writer.invoke(txn, row)
     return txn
@@ -51,10 +51,11 @@ def test_speculative_kafka_attempt_never_fences_the_winner(bootstrap, topic_fact
                                         "transactionalIdPrefix": prefix,
                                         "checkpointLocation": str(tmp_path / "chk")}, SCHEMA)
     rows = _rows(200)
-    winner = writer.pre_commit(_attempt(writer, 0, rows))
+    task = as_shipped_to_tasks(writer)
+    winner = task.pre_commit(_attempt(task, 0, rows))
     # The speculative copy starts after the winner pre-committed, writes the same rows and
     # pre-commits too; Spark discards its commit message (the winner was first).
-    loser = writer.pre_commit(_attempt(writer, 1, rows))
+    loser = task.pre_commit(_attempt(task, 1, rows))
     assert winner["transactional_id"] != loser["transactional_id"]
     writer.committer().on_batch_committed(0, [_sealing_message(winner, len(rows))])
     got = Counter(read_committed_topic(bootstrap, out))
@@ -71,13 +72,14 @@ def test_kafka_attempt_left_open_by_a_crashed_run_is_aborted_by_the_next_commit(
     prefix = "spec-crash-" + uuid.uuid4().hex[:8]
     options = {"kafka.bootstrap.servers": bootstrap, "topic": out,
                "transactionalIdPrefix": prefix, "checkpointLocation": str(tmp_path / "chk")}
-    writer = KafkaTwoPhaseCommitWriter(options, SCHEMA)
-    writer.pre_commit(_attempt(writer, 3, _rows(10)))  # attempt 3 of batch 0, crashed run
+    task = as_shipped_to_tasks(KafkaTwoPhaseCommitWriter(options, SCHEMA))
+    task.pre_commit(_attempt(task, 3, _rows(10)))  # attempt 3 of batch 0, crashed run
     assert len(list_lingering({"bootstrap_servers": bootstrap}, prefix)) == 1
     writer = KafkaTwoPhaseCommitWriter(options, SCHEMA)  # the restarted query
     writer.recover_once()
     rows = [{"kind": "record", "checkpoint_id": 1, "value": f"w{i}"} for i in range(20)]
-    winner = writer.pre_commit(_attempt(writer, 0, rows))
+    task = as_shipped_to_tasks(writer)
+    winner = task.pre_commit(_attempt(task, 0, rows))
     writer.committer().on_batch_committed(0, [_sealing_message(winner, len(rows))])
     assert list_lingering({"bootstrap_servers": bootstrap}, prefix) == []
     assert Counter(read_committed_topic(bootstrap, out)) == Counter(
