@@ -54,7 +54,10 @@ KAFKA_SINK_OPTIONS: List[OptionSpec] = [
                "source ('kafka.security.protocol' -> security_protocol; "
                "'kafka.sasl.jaas.config' -> sasl_plain_username/password; PEM "
                "'kafka.ssl.truststore.location' -> ssl_cafile). kafka.group.id and "
-               "kafka.transactional.id are refused.", is_prefix=True),
+               "kafka.transactional.id are refused. The sink's producers default to "
+               "kafka.retry.backoff.ms 10 (kafka-python waits a full backoff before its "
+               "first coordinator request: 100 ms cost ~200 ms per transaction start and per "
+               "commit).", is_prefix=True),
     OptionSpec("topic", None, "Topic for every record; overrides a `topic` column as in "
                "Spark's Kafka sink."),
     OptionSpec("transactionalIdPrefix", "barrier-kafka-<hash of checkpointLocation>",

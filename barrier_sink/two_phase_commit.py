@@ -24,7 +24,10 @@ import logging
 from abc import ABC, abstractmethod
 from typing import Any, Dict, Iterator, List, Optional
 
-from pyspark.sql.datasource import DataSourceStreamWriter
+try:  # PySpark >= 4.1: tasks get Arrow record batches, no Row per record
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
+except ImportError:  # PySpark 4.0: tasks get Rows
+    from pyspark.sql.datasource import DataSourceStreamWriter as _StreamWriterBase
 
 from barrier_core.barrier_message import SinkBarrier
 from barrier_core.schema import KIND_ACK, KIND_BARRIER, KIND_RECORD, channel_name
@@ -57,7 +60,7 @@ def barrier_of(row) -> dict:
                        row["checkpoint_timestamp"]).to_json()
 
 
-class TwoPhaseCommitWriter(DataSourceStreamWriter, ABC):
+class TwoPhaseCommitWriter(_StreamWriterBase, ABC):
     """Template 2PC stream writer; see the module docstring for the protocol."""
 
     def __init__(self, options) -> None:
@@ -75,6 +78,13 @@ class TwoPhaseCommitWriter(DataSourceStreamWriter, ABC):
     def invoke(self, txn: Any, row) -> None:
         """Write one record row into ``txn`` (executor)."""
 
+    def invoke_batch(self, txn: Any, batch) -> None:
+        """Write every row of ``batch`` (a ``pyarrow.RecordBatch`` of record rows of one epoch,
+        in order) into ``txn`` (executor). Default: one :meth:`invoke` per row as a dict;
+        sinks override it to skip the per-row objects."""
+        for row in batch.to_pylist():
+            self.invoke(txn, row)
+
     @abstractmethod
     def pre_commit(self, txn: Any) -> Optional[dict]:
         """Make ``txn`` durable but invisible; return its JSON handle (None: nothing written).
@@ -91,27 +101,25 @@ class TwoPhaseCommitWriter(DataSourceStreamWriter, ABC):
     # ------------------------------------------------------------------ executor
     def write(self, iterator: Iterator) -> SinkCommitMessage:
         """Write one task's rows: one transaction per epoch, pre-committed at the end; returns
-        the handles, barriers and acks for the driver (executor)."""
+        the handles, barriers and acks for the driver (executor). ``iterator`` yields Arrow
+        record batches (PySpark >= 4.1) or Rows (PySpark 4.0)."""
         batch_id, partition_id, attempt = current_task()
         txns: Dict[Optional[int], Any] = {}
         message = SinkCommitMessage(batch_id, partition_id)
+
+        def txn_of(epoch):
+            txn = txns.get(epoch)
+            if txn is None:
+                txn = txns[epoch] = self.begin_transaction(batch_id, partition_id, attempt,
+                                                           epoch)
+            return txn
+
         try:
-            for row in iterator:
-                kind = row["kind"]
-                if kind == KIND_RECORD:
-                    epoch = row["checkpoint_id"]
-                    txn = txns.get(epoch)
-                    if txn is None:
-                        txn = txns[epoch] = self.begin_transaction(batch_id, partition_id,
-                                                                   attempt, epoch)
-                    self.invoke(txn, row)
-                    message.records += 1
-                elif kind == KIND_BARRIER:
-                    message.barriers.append(barrier_of(row))
-                elif kind == KIND_ACK:
-                    message.acks.append(row["ack"])
+            for item in iterator:
+                if hasattr(item, "num_rows"):
+                    self._write_arrow(item, txn_of, message)
                 else:
-                    raise ValueError(f"row kind {kind!r} is not one of record, barrier, ack")
+                    self._write_row(item, txn_of, message)
             if txns:
                 fault_point(FaultPoint.TASK_WRITE)
             for epoch in sorted(txns, key=lambda e: (e is None, e or 0)):
@@ -131,6 +139,41 @@ class TwoPhaseCommitWriter(DataSourceStreamWriter, ABC):
                      batch_id, partition_id, message.records, len(message.handles),
                      len(message.barriers), len(message.acks))
         return message
+
+    def _write_row(self, row, txn_of, message: SinkCommitMessage) -> None:
+        kind = row["kind"]
+        if kind == KIND_RECORD:
+            self.invoke(txn_of(row["checkpoint_id"]), row)
+            message.records += 1
+        else:
+            self._protocol_row(kind, row, message)
+
+    def _write_arrow(self, batch, txn_of, message: SinkCommitMessage) -> None:
+        """Records of one Arrow batch go to their epochs' transactions in runs of one epoch (in
+        order); the few barrier and ack rows become dicts (executor)."""
+        kinds = batch.column("kind").to_pylist()
+        epochs = batch.column("checkpoint_id").to_pylist()
+        start = None
+        for i in range(len(kinds) + 1):
+            is_record = i < len(kinds) and kinds[i] == KIND_RECORD
+            if start is not None and (not is_record or epochs[i] != epochs[start]):
+                self.invoke_batch(txn_of(epochs[start]), batch.slice(start, i - start))
+                message.records += i - start
+                start = None
+            if is_record:
+                if start is None:
+                    start = i
+            elif i < len(kinds):
+                self._protocol_row(kinds[i], batch.slice(i, 1).to_pylist()[0], message)
+
+    @staticmethod
+    def _protocol_row(kind, row, message: SinkCommitMessage) -> None:
+        if kind == KIND_BARRIER:
+            message.barriers.append(barrier_of(row))
+        elif kind == KIND_ACK:
+            message.acks.append(row["ack"])
+        else:
+            raise ValueError(f"row kind {kind!r} is not one of record, barrier, ack")
 
     # ------------------------------------------------------------------ driver
     def commit(self, messages: List[SinkCommitMessage], batchId: int) -> None:

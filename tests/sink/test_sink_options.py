@@ -117,3 +117,14 @@ def test_sink_reads_the_sources_checkpoint_settings_and_refuses_a_contradiction(
         {**BASE, "checkpoint.storage": storage, "execution.checkpointing.interval": "30000"})
     with pytest.raises(InvalidOptionError, match="contradicts the source's 60000"):
         contradicting.check_against_source(settings)
+
+
+def test_sink_producers_default_to_a_short_retry_backoff_the_user_can_override():
+    """kafka-python waits a full retry backoff around its first coordinator lookup: with its
+    100 ms default every transaction start and every driver commit took ~210 ms (issue 15)."""
+    from barrier_sink.transaction import producer_config
+
+    conf = producer_config(KafkaSinkOptions.from_options(BASE).kafka, "t", 60_000)
+    assert conf["retry_backoff_ms"] == 10
+    mine = KafkaSinkOptions.from_options({**BASE, "kafka.retry.backoff.ms": "250"}).kafka
+    assert producer_config(mine, "t", 60_000)["retry_backoff_ms"] == 250

@@ -1,0 +1,200 @@
+"""The headline figure (issue 15): the exactly-once pipeline against the at-least-once one users
+run today, side by side in one run, on the same input topic and trigger.
+
+    BARRIER_KAFKA_BOOTSTRAP=127.0.0.1:39092 python benchmarks/bench_pipeline.py \
+        [--records 200000] [--keys 997,100000] [--batches 10000,50000,200000] [--rounds 2]
+
+Pipelines (each starts from the earliest offset of the same 4-partition topic, with
+``maxOffsetsPerTrigger`` = batch size and 2 shuffle partitions):
+
+* ``native``: Spark's Kafka source -> ``groupBy("key").count()`` (update mode, Spark's state
+  store) -> Spark's Kafka sink (at-least-once); one row per key and batch.
+* ``eo per-key``: barrier-kafka source -> aligned keyed count emitting one row per key and batch
+  -> two-phase-commit Kafka sink.
+* ``eo per-record``: barrier-kafka source -> keyed running count emitting one row per record
+  (``RunningCount``, the demo's operator) -> two-phase-commit Kafka sink.
+
+Every output value is ``<key>:<count>``. A run ends when a ``read_committed`` consumer of the
+output has seen the final count of every key (for the 2PC sink: when the checkpoint holding the
+last input completed and its transactions committed). Throughput = input records / seconds from
+query start to that moment. Variants alternate within each round (A B C A B C ...); the table
+prints the best and the median per variant and the ratio of medians to ``native``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from barrier_ops.function import KeyedProcessFunction  # noqa: E402
+from benchmarks.bench_source import SPARK_KAFKA_PACKAGE, TOKEN_PROVIDER, token_provider_jar  # noqa: E402
+
+VARIANTS = ("native", "eo per-key", "eo per-record")
+
+
+class LatestCount(KeyedProcessFunction):
+    """Keyed count emitting one row per key and batch (``<key>:<count>``), as ``groupBy().count()``
+    does in update mode (executor)."""
+
+    def process_records(self, key, records, state):
+        count = state.value_state("count", 0)
+        total = count.value() + len(records)
+        count.update(total)
+        k = bytes(key).decode() if isinstance(key, (bytes, bytearray)) else str(key)
+        return [(k, f"{k}:{total}")]
+
+
+def make_topic(bootstrap: str, partitions: int) -> str:
+    from kafka.admin import KafkaAdminClient
+
+    from kafka_harness.topics import create_topic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        return create_topic(admin, "bench_pipe_" + uuid.uuid4().hex[:8], partitions)
+    finally:
+        admin.close()
+
+
+def produce(bootstrap: str, topic: str, records: int, keys: int) -> None:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, acks=1,
+                             batch_size=512 * 1024)
+    for i in range(records):
+        producer.send(topic, key=b"k%d" % (i % keys), value=b"v%07d" % i)
+    producer.flush()
+    producer.close()
+
+
+def final_counts(records: int, keys: int) -> dict:
+    return {f"k{k}": records // keys + (1 if k < records % keys else 0)
+            for k in range(min(keys, records))}
+
+
+def wait_for_final_counts(bootstrap: str, topic: str, expected: dict, timeout_s: float) -> bool:
+    """True once a read_committed consumer saw ``<key>:<final count>`` for every key."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                             enable_auto_commit=False, fetch_max_wait_ms=50)
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        missing = dict(expected)
+        deadline = time.monotonic() + timeout_s
+        while missing and time.monotonic() < deadline:
+            for msgs in consumer.poll(timeout_ms=100, max_records=100_000).values():
+                for m in msgs:
+                    key, _, count = m.value.decode().rpartition(":")
+                    if missing.get(key) == int(count):
+                        del missing[key]
+        return not missing
+    finally:
+        consumer.close()
+
+
+def start_native(spark, bootstrap, src, out, work, batch):
+    counts = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", src).option("startingOffsets", "earliest")
+              .option("maxOffsetsPerTrigger", str(batch)).load()
+              .groupBy("key").count())
+    rows = counts.selectExpr("key", "concat(cast(key as string), ':', cast(count as string)) "
+                                    "as value")
+    return (rows.writeStream.format("kafka").outputMode("update")
+            .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
+            .option("checkpointLocation", os.path.join(work, "chk")).start())
+
+
+def start_exactly_once(spark, bootstrap, src, out, work, batch, per_key: bool):
+    from barrier_ops.examples.running_count import OUTPUT_SCHEMA, RunningCount
+    from barrier_ops.operator import keyed_process
+
+    storage = os.path.join(work, "storage")
+    df = (spark.readStream.format("barrier-kafka").option("kafka.bootstrap.servers", bootstrap)
+          .option("subscribe", src).option("startingOffsets", "earliest")
+          .option("maxOffsetsPerTrigger", str(batch))
+          .option("execution.checkpointing.interval-batches", "1")
+          .option("checkpoint.storage", storage).load())
+    fn = LatestCount() if per_key else RunningCount()
+    counted = keyed_process(df, "key", fn, OUTPUT_SCHEMA, operator_id="count",
+                            state_backend=storage, max_parallelism=16)
+    return (counted.writeStream.format("barrier-kafka")
+            .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
+            .option("checkpoint.storage", storage)
+            .option("transactionalIdPrefix", "bench-" + uuid.uuid4().hex[:8])
+            .option("checkpointLocation", os.path.join(work, "chk")).start())
+
+
+def one_run(spark, variant, bootstrap, src, records, keys, batch) -> float:
+    out = make_topic(bootstrap, 2)
+    work = tempfile.mkdtemp(prefix="bench-pipe-")
+    t0 = time.monotonic()
+    if variant == "native":
+        query = start_native(spark, bootstrap, src, out, work, batch)
+    else:
+        query = start_exactly_once(spark, bootstrap, src, out, work, batch,
+                                   per_key=variant == "eo per-key")
+    try:
+        done = wait_for_final_counts(bootstrap, out, final_counts(records, keys), 1800)
+    finally:
+        query.stop()
+    if not done:
+        raise RuntimeError(f"{variant}: the final count of some key never became visible")
+    return time.monotonic() - t0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--keys", default="997", help="comma-separated key counts")
+    parser.add_argument("--batches", default="50000", help="comma-separated batch sizes")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    args = parser.parse_args()
+    bootstrap = os.environ.get("BARRIER_KAFKA_BOOTSTRAP", "127.0.0.1:39092")
+    variants = [v for v in args.variants.split(",") if v]
+
+    from kafka_harness.spark import build_spark
+
+    spark = build_spark("bench-pipeline", shuffle_partitions=2,
+                        **{"spark.jars.packages": SPARK_KAFKA_PACKAGE,
+                           "spark.jars.excludes": TOKEN_PROVIDER,
+                           "spark.jars": token_provider_jar(),
+                           "spark.ui.showConsoleProgress": "false"})
+    table = []
+    for keys in [int(k) for k in args.keys.split(",")]:
+        src = make_topic(bootstrap, 4)
+        produce(bootstrap, src, args.records, keys)
+        for batch in [int(b) for b in args.batches.split(",")]:
+            times = {v: [] for v in variants}
+            for _ in range(args.rounds):
+                for v in variants:
+                    seconds = one_run(spark, v, bootstrap, src, args.records, keys, batch)
+                    times[v].append(seconds)
+                    print(f"keys {keys} batch {batch} {v}: {seconds:.1f}s", flush=True)
+            base = statistics.median(times["native"]) if "native" in times else None
+            for v in variants:
+                best, med = min(times[v]), statistics.median(times[v])
+                table.append((keys, batch, v, args.records / best, args.records / med,
+                              base / med if base else float("nan")))
+    print(f"\n{args.records} records, 4 input partitions, read_committed until every key's "
+          f"final count is visible; {args.rounds} alternated rounds")
+    print(f"{'keys':>7} {'batch':>7} {'pipeline':<15} {'best rec/s':>11} {'median rec/s':>13} "
+          f"{'vs native':>10}")
+    for keys, batch, v, best, med, ratio in table:
+        print(f"{keys:>7} {batch:>7} {v:<15} {best:>11,.0f} {med:>13,.0f} {ratio:>9.2f}x")
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
