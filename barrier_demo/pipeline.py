@@ -39,6 +39,7 @@ class PipelineConfig:
     restore_from: Optional[str] = None  # 'chk-<n>' / 'savepoints/<name>' in this storage
     checkpoint_location: Optional[str] = None  # Spark's checkpointLocation as the user spells it
     sink_options: Tuple[Tuple[str, str], ...] = ()  # more options of the 2PC sink
+    source_options: Tuple[Tuple[str, str], ...] = ()  # more (or overriding) source options
 
     @property
     def storage(self) -> str:
@@ -68,6 +69,8 @@ def start_pipeline(spark, cfg: PipelineConfig, sink: str = "barrier-kafka",
            .option("maxOffsetsPerTrigger", str(cfg.max_offsets_per_trigger))
            .option("execution.checkpointing.interval-batches", str(cfg.checkpoint_every_batches))
            .option("checkpoint.storage", cfg.storage))
+    for key, value in cfg.source_options:
+        src = src.option(key, value)
     if cfg.restore_from:
         src = src.option("execution.savepoint.path", cfg.restore_from)
     counted = keyed_process(src.load(), "key", RunningCount(), OUTPUT_SCHEMA,
@@ -183,6 +186,9 @@ def main(argv=None) -> int:
                         help="Spark master (a spark:// standalone cluster for cluster tests)")
     parser.add_argument("--speculation", action="store_true",
                         help="speculative task attempts (spark.speculation, eager settings)")
+    parser.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="another (or overriding) option of the barrier-kafka source "
+                             "(repeatable), e.g. kafka.security.protocol=SASL_PLAINTEXT")
     parser.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE",
                         help="another option of the 2PC sink (repeatable), e.g. "
                              "execution.checkpointing.timeout=20000")
@@ -204,7 +210,9 @@ def main(argv=None) -> int:
                          args.prefix, args.max_offsets_per_trigger,
                          output_path=args.output_path,
                          checkpoint_location=args.checkpoint_location,
-                         sink_options=tuple(tuple(o.split("=", 1)) for o in args.sink_option))
+                         sink_options=tuple(tuple(o.split("=", 1)) for o in args.sink_option),
+                         source_options=tuple(tuple(o.split("=", 1))
+                                              for o in args.source_option))
     took = run_until_caught_up(spark, cfg, args.timeout)
     print(json.dumps({"caught_up_seconds": round(took, 1)}), flush=True)
     spark.stop()

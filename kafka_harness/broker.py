@@ -93,12 +93,21 @@ class KafkaBroker:
         Folder for logs and KRaft storage; a temporary one (removed on ``stop``) by default.
     extra_properties : dict, optional
         Additional ``server.properties`` entries (e.g. ``transaction.max.timeout.ms``).
+    secured : bool
+        Also open a SASL_PLAINTEXT listener (SCRAM-SHA-512, user :data:`SCRAM_USER`) and an SSL
+        listener (a self-signed certificate made with the JDK's keytool, trusted through
+        :attr:`ca_pem`); ``sasl_bootstrap`` / ``ssl_bootstrap`` name them. Inter-broker traffic
+        and the tests' own checks stay on the PLAINTEXT listener.
     """
 
     def __init__(self, port: Optional[int] = None, controller_port: Optional[int] = None,
                  data_dir: Optional[str] = None, version: str = KAFKA_VERSION,
-                 extra_properties: Optional[dict] = None, heap: str = "512m") -> None:
+                 extra_properties: Optional[dict] = None, heap: str = "512m",
+                 secured: bool = False) -> None:
         self.version = version
+        self.secured = secured
+        self.sasl_port = free_port() if secured else None
+        self.ssl_port = free_port() if secured else None
         self._requested_ports = (port, controller_port)
         self.port = port or free_port()
         self.controller_port = controller_port or free_port()
@@ -116,6 +125,21 @@ class KafkaBroker:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        """The SASL_PLAINTEXT (SCRAM-SHA-512) listener of a ``secured`` broker."""
+        return f"127.0.0.1:{self.sasl_port}"
+
+    @property
+    def ssl_bootstrap(self) -> str:
+        """The SSL listener of a ``secured`` broker."""
+        return f"127.0.0.1:{self.ssl_port}"
+
+    @property
+    def ca_pem(self) -> Path:
+        """PEM of the SSL listener's self-signed certificate (clients' truststore)."""
+        return self.data_dir / "tls" / "broker-cert.pem"
 
     @property
     def log_file(self) -> Path:
@@ -146,12 +170,36 @@ class KafkaBroker:
             "transaction.max.timeout.ms": "900000",
             "log.flush.interval.messages": "9223372036854775807",
         }
+        if self.secured:
+            props.update(self._secured_properties())
         props.update({k: str(v) for k, v in self.extra_properties.items()})
         path = self.data_dir / "server.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         (self.data_dir / "log4j2.properties").write_text(_LOG4J2.format(log=self.log_file))
         (self.data_dir / "log4j.properties").write_text(_LOG4J1.format(log=self.log_file))
         return path
+
+    def _secured_properties(self) -> dict:
+        """SASL_PLAINTEXT (SCRAM) and SSL listeners next to PLAINTEXT (test harness only)."""
+        keystore = make_tls_keystore(self.data_dir / "tls")
+        return {
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},"
+                         f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port},"
+                         f"SSL://127.0.0.1:{self.ssl_port},"
+                         f"CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port},"
+                                    f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port},"
+                                    f"SSL://127.0.0.1:{self.ssl_port}",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,"
+                                              "SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config":
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            "ssl.keystore.location": str(keystore),
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.password": TLS_STORE_PASSWORD,
+            "ssl.key.password": TLS_STORE_PASSWORD,
+        }
 
     def _java_cmd(self, libs: Path, *args: str) -> list:
         return [require_java(), "-Xms256m", f"-Xmx{self.heap}", "-XX:+UseG1GC",
@@ -181,7 +229,10 @@ class KafkaBroker:
         if not self._formatted and not (self.data_dir / "kraft-logs" / "meta.properties").exists():
             fmt = subprocess.run(
                 self._java_cmd(libs, "kafka.tools.StorageTool", "format",
-                               f"--cluster-id={_kafka_uuid()}", "-c", str(config)),
+                               f"--cluster-id={_kafka_uuid()}", "-c", str(config),
+                               *(["--add-scram", f"SCRAM-SHA-512=[name={SCRAM_USER},"
+                                                 f"password={SCRAM_PASSWORD}]"]
+                                 if self.secured else [])),
                 capture_output=True, text=True, timeout=120)
             if fmt.returncode != 0:
                 raise BrokerStartError(
@@ -275,6 +326,32 @@ class KafkaBroker:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+#: The SCRAM user a ``secured`` test broker knows (test credentials, not a real secret).
+SCRAM_USER = "barrier-test"
+SCRAM_PASSWORD = "scram-test-pw-5f1c"
+TLS_STORE_PASSWORD = "tls-test-store-pw"
+
+
+def make_tls_keystore(folder: Path) -> Path:
+    """A PKCS12 keystore with a self-signed certificate for 127.0.0.1/localhost, and its PEM
+    (``broker-cert.pem``) for clients, made with the JDK's keytool (test harness)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    keystore, pem = folder / "broker.p12", folder / "broker-cert.pem"
+    if keystore.exists() and pem.exists():
+        return keystore
+    keytool = str(Path(require_java()).with_name("keytool"))
+    subprocess.run([keytool, "-genkeypair", "-alias", "broker", "-keyalg", "RSA", "-keysize",
+                    "2048", "-validity", "30", "-dname", "CN=localhost",
+                    "-ext", "SAN=IP:127.0.0.1,DNS:localhost", "-keystore", str(keystore),
+                    "-storetype", "PKCS12", "-storepass", TLS_STORE_PASSWORD,
+                    "-keypass", TLS_STORE_PASSWORD], check=True, capture_output=True,
+                   timeout=120)
+    subprocess.run([keytool, "-exportcert", "-rfc", "-alias", "broker", "-keystore",
+                    str(keystore), "-storetype", "PKCS12", "-storepass", TLS_STORE_PASSWORD,
+                    "-file", str(pem)], check=True, capture_output=True, timeout=120)
+    return keystore
 
 
 def _kafka_uuid() -> str:
