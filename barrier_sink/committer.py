@@ -58,6 +58,9 @@ logger = logging.getLogger(__name__)
 
 BATCH_PREFIX = "sink/batch-"
 
+#: (storage location, batch id) of batch records seen with every handle committed (per process).
+_FULLY_COMMITTED: set = set()
+
 
 def batch_path(batch_id: int) -> str:
     return f"{BATCH_PREFIX}{batch_id:012d}.json"
@@ -95,11 +98,23 @@ class SinkCommitter(ABC):
 
     def recorded_open_names(self) -> set:
         """Transaction names of every recorded handle not yet committed or aborted, in all
-        recorded batches (driver: before a batch's tasks, and in the commit worker)."""
+        recorded batches (driver: before a batch's tasks, and in the commit worker).
+
+        Only the newest recorded batch can be recorded again (Spark replays the last batch
+        only), so an older record whose handles are all committed never changes: such records
+        are remembered per process and not read again (one listing and a read of the few
+        unfinished records per call, instead of every kept record)."""
         cache: dict = {}
         out: set = set()
-        for b in self.recorded_batches():
-            out |= self._pending_names(b, cache)
+        where = self.backend.location(BATCH_PREFIX)
+        batches = self.recorded_batches()
+        for b in batches:
+            if (where, b) in _FULLY_COMMITTED:
+                continue
+            names = self._pending_names(b, cache)
+            out |= names
+            if not names and b != batches[-1]:
+                _FULLY_COMMITTED.add((where, b))
         return out
 
     @staticmethod

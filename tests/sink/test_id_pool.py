@@ -84,3 +84,22 @@ def test_a_writer_not_shipped_by_spark_refuses_to_guess(tmp_path):
 def test_incrementing_strategy_keeps_the_old_names(tmp_path):
     writer = _writer(tmp_path, **{"transaction.naming.strategy": "incrementing"})
     assert writer.next_transactional_id(7, 3, 1, 2) == "x-b7-p3-a1-e2"
+
+
+def test_finished_older_records_are_read_once_per_process(tmp_path):
+    """The driver computes the ids in use before every batch: finished records older than the
+    newest (which only a replay could record again) are not read again, so the cost per batch
+    stays flat on S3 (issue 13)."""
+    w = _writer(tmp_path)
+    for b in (1, 2, 3):
+        _record(w, b, ["x-p0-a0-s0"], committed={"x-p0-a0-s0"})
+    _record(w, 4, ["x-p0-a0-s1"])
+    committer = w.committer()
+    reads = []
+    real_get = committer.backend.get
+    committer.backend.get = lambda path: reads.append(path) or real_get(path)
+    assert committer.recorded_open_names() == {"x-p0-a0-s1"}
+    reads.clear()
+    _record(w, 4, ["x-p0-a0-s1"], committed={"x-p0-a0-s1"})  # batch 4 commits
+    assert committer.recorded_open_names() == set()
+    assert reads == [batch_path(4)]  # batches 1-3 were finished: not read again
