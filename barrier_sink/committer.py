@@ -96,18 +96,19 @@ class SinkCommitter(ABC):
                                if self.handle_id(h) not in done}
         return cache[batch_id]
 
-    def recorded_open_names(self) -> set:
+    def recorded_open_names(self, batches: Optional[List[int]] = None) -> set:
         """Transaction names of every recorded handle not yet committed or aborted, in all
         recorded batches (driver: before a batch's tasks, and in the commit worker).
 
         Only the newest recorded batch can be recorded again (Spark replays the last batch
         only), so an older record whose handles are all committed never changes: such records
         are remembered per process and not read again (one listing and a read of the few
-        unfinished records per call, instead of every kept record)."""
+        unfinished records per call, instead of every kept record). ``batches``: the listing,
+        when the caller already has it."""
         cache: dict = {}
         out: set = set()
         where = self.backend.location(BATCH_PREFIX)
-        batches = self.recorded_batches()
+        batches = self.recorded_batches() if batches is None else batches
         for b in batches:
             if (where, b) in _FULLY_COMMITTED:
                 continue

@@ -80,18 +80,18 @@ class KafkaSinkCommitter(SinkCommitter):
         every ``read_committed`` reader until ``transaction.timeout.ms`` (driver)."""
         prefix = self.opts.transactional_id_prefix
         cache: dict = {}
-        open_names, newest = None, None
+        open_names, batches = None, None
         for txn in list_lingering(self.opts.kafka, prefix):
             if is_pooled_transactional_id(prefix, txn.transactional_id):
                 # A pooled id names no batch: sweep only when every batch up to the running one
                 # is recorded (the commit of the newest batch), never at a start that may run
                 # before the running batch's handles are recorded.
-                if newest is None:
-                    newest = max(self.recorded_batches(), default=-1)
-                if batch_id is None or batch_id < newest:
+                if batches is None:
+                    batches = self.recorded_batches()
+                if batch_id is None or batch_id < max(batches, default=-1):
                     continue
                 if open_names is None:
-                    open_names = self.recorded_open_names()
+                    open_names = self.recorded_open_names(batches)
                 if txn.transactional_id in open_names:
                     continue
             else:

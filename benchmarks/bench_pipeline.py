@@ -34,6 +34,7 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from barrier_ops.function import KeyedProcessFunction  # noqa: E402
+from benchmarks.bench_sink import make_topic  # noqa: E402
 from benchmarks.bench_source import SPARK_KAFKA_PACKAGE, TOKEN_PROVIDER, token_provider_jar  # noqa: E402
 
 VARIANTS = ("native", "eo per-key", "eo per-record")
@@ -49,18 +50,6 @@ class LatestCount(KeyedProcessFunction):
         count.update(total)
         k = bytes(key).decode() if isinstance(key, (bytes, bytearray)) else str(key)
         return [(k, f"{k}:{total}")]
-
-
-def make_topic(bootstrap: str, partitions: int) -> str:
-    from kafka.admin import KafkaAdminClient
-
-    from kafka_harness.topics import create_topic
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        return create_topic(admin, "bench_pipe_" + uuid.uuid4().hex[:8], partitions)
-    finally:
-        admin.close()
 
 
 def produce(bootstrap: str, topic: str, records: int, keys: int) -> None:
