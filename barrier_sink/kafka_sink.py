@@ -38,6 +38,11 @@ def _bytes(value) -> Optional[bytes]:
     return str(value).encode("utf-8")
 
 
+def _headers(headers) -> Optional[list]:
+    """A row's ``headers`` (key/value structs) as kafka-python's ``[(key, bytes)]``, or None."""
+    return [(h["key"], _bytes(h["value"])) for h in headers] if headers else None
+
+
 def _binary_list(column) -> list:
     """An Arrow string or binary column as a list of bytes / None (UTF-8, as ``_bytes``)."""
     import pyarrow as pa
@@ -187,9 +192,7 @@ class KafkaTwoPhaseCommitWriter(TwoPhaseCommitWriter):
         topic = self.opts.topic or row["topic"]
         if topic is None:
             raise ValueError("record row without a topic and no 'topic' option")
-        headers = None
-        if self._has["headers"] and row["headers"]:
-            headers = [(h["key"], _bytes(h["value"])) for h in row["headers"]]
+        headers = _headers(row["headers"]) if self._has["headers"] else None
         txn.send(topic, value=_bytes(row["value"]),
                  key=_bytes(row["key"]) if self._has["key"] else None, headers=headers,
                  partition=(row["partition"] if self._has["partition"] and not self.opts.topic
@@ -212,9 +215,8 @@ class KafkaTwoPhaseCommitWriter(TwoPhaseCommitWriter):
         headers = batch.column("headers").to_pylist() if self._has["headers"] else None
         topic, send = self.opts.topic, txn.send
         for i in range(n):
-            hdrs = headers[i] if headers is not None else None
             send(topic or topics[i], value=values[i], key=keys[i] if keys is not None else None,
-                 headers=[(h["key"], _bytes(h["value"])) for h in hdrs] if hdrs else None,
+                 headers=_headers(headers[i]) if headers is not None else None,
                  partition=partitions[i] if partitions is not None else None)
 
     def pre_commit(self, txn: TransactionalWriter):
