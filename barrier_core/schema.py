@@ -65,3 +65,15 @@ def split_channel(channel: str) -> Tuple[str, int]:
     channels ``op:<id>:<key group>``), partitions never do."""
     topic, _, partition = str(channel).rpartition(":")
     return topic, int(partition)
+
+
+def spark_arrow_schema(schema: StructType):
+    """The Arrow schema PySpark expects for ``schema`` with UTC timestamps (the schema a data
+    source's Arrow batches must match). PySpark >= 4.1 takes ``timezone="UTC"``, 4.0 takes
+    ``timestamp_utc=True``; runs anywhere."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    try:
+        return to_arrow_schema(schema, timezone="UTC")
+    except TypeError:  # PySpark 4.0
+        return to_arrow_schema(schema, timestamp_utc=True)

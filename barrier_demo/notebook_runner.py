@@ -13,6 +13,7 @@ Command line: ``python -m barrier_demo.notebook_runner notebooks/01_quickstart.p
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from dataclasses import dataclass
@@ -96,7 +97,7 @@ def make_display(out: Callable[[str], None] = print) -> Callable:
             if obj.isStreaming:
                 out("<streaming DataFrame: display() of streams is Databricks-only>")
             else:
-                out(obj._jdf.showString(20, 40, False))
+                out(obj._show_string(20, 40, False))  # classic and Spark Connect
         elif hasattr(obj, "to_string"):
             out(obj.to_string())
         else:
@@ -130,13 +131,23 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m barrier_demo.notebook_runner")
     parser.add_argument("notebooks", nargs="+")
     parser.add_argument("--widget", action="append", default=[], help="name=value")
+    parser.add_argument("--master", default="local[2]",
+                        help="local[N], a spark:// standalone master or an sc:// Spark Connect "
+                             "server")
+    parser.add_argument("--result-json", default=None,
+                        help="write each notebook's `result` here (a JSON list)")
     args = parser.parse_args(argv)
     widgets = dict(w.split("=", 1) for w in args.widget)
     from kafka_harness.spark import build_spark
 
-    spark = build_spark("barrier-kafka-notebooks")
+    spark = build_spark("barrier-kafka-notebooks", master=args.master)
+    results = []
     for nb in args.notebooks:
-        run_notebook(nb, spark, widgets)
+        results.append(run_notebook(nb, spark, widgets).get("result"))
+    if args.result_json:
+        with open(args.result_json, "w") as f:
+            json.dump(results, f, default=str)
+    spark.stop()
     return 0
 
 

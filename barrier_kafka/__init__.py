@@ -9,9 +9,10 @@ layering (``docs/internals/protocol.md``): it imports the source and the sinks, 
 from __future__ import annotations
 
 from barrier_core.exceptions import BarrierKafkaError, InvalidOptionError
+from barrier_kafka.available_now import run_available_now
 from barrier_kafka.datasource import data_sources
 
-__all__ = ["register", "BarrierKafkaError", "InvalidOptionError"]
+__all__ = ["register", "run_available_now", "BarrierKafkaError", "InvalidOptionError"]
 __version__ = "0.1.0"
 
 

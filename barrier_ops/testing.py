@@ -127,6 +127,7 @@ class ScriptReader(DataSourceStreamReader):
     def __init__(self, options) -> None:
         self.path = options["path"]
         self.release_path = options.get("release_path")
+        self._seen = None  # newest end Spark planned: the start on PySpark < 4.2
         storage = options.get("checkpoint.storage")
         if storage:
             _record_script_settings(storage)
@@ -148,10 +149,13 @@ class ScriptReader(DataSourceStreamReader):
     def latestOffset(self, start=None, limit=None):
         """One scripted batch per trigger, up to what is released (driver)."""
         total = len(self._batches())
+        start = start or self._seen
         begin = int(start["batch"]) if start else 0
-        return {"batch": max(begin, min(begin + 1, self._released(total)))}
+        self._seen = {"batch": max(begin, min(begin + 1, self._released(total)))}
+        return self._seen
 
     def partitions(self, start, end):
+        self._seen = end
         return [_BatchPartition(b) for b in range(int(start["batch"]), int(end["batch"]))]
 
     def read(self, partition: _BatchPartition) -> Iterator[Tuple]:

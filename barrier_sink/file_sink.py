@@ -132,11 +132,12 @@ class FileTwoPhaseCommitWriter(TwoPhaseCommitWriter):
         self.schema = schema
 
     def _arrow_schema(self):
-        from pyspark.sql.pandas.types import to_arrow_schema
         from pyspark.sql.types import StructType
 
-        return to_arrow_schema(StructType([f for f in self.schema.fields
-                                           if f.name in self.data_columns]), timezone="UTC")
+        from barrier_core.schema import spark_arrow_schema
+
+        return spark_arrow_schema(StructType([f for f in self.schema.fields
+                                              if f.name in self.data_columns]))
 
     def begin_transaction(self, batch_id, partition_id, attempt, checkpoint_id):
         # The staged name is per attempt (a speculative copy never overwrites or deletes the

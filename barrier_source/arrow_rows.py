@@ -1,7 +1,7 @@
 """Build the source's Arrow record batches (records and barrier rows) on executors.
 
-The Arrow schema is exactly ``to_arrow_schema(source_schema, timezone="UTC")``, which PySpark
-checks with ``Schema.equals`` for every RecordBatch ``read()`` yields.
+The Arrow schema is exactly :func:`barrier_core.schema.spark_arrow_schema` of the source schema,
+which PySpark checks with ``Schema.equals`` for every RecordBatch ``read()`` yields.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from barrier_source.record_decode import DecodedRecords
-from barrier_core.schema import KIND_BARRIER, KIND_RECORD
+from barrier_core.schema import KIND_BARRIER, KIND_RECORD, spark_arrow_schema
 
 _TS_TYPE = pa.timestamp("us", tz="UTC")
 
@@ -21,9 +21,7 @@ class RowBuilder:
     """Turns decoded records of one Kafka partition into RecordBatches of the source schema."""
 
     def __init__(self, schema, partition, include_headers: bool) -> None:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        self.arrow_schema = spark_arrow_schema(schema)
         self.topic = partition.topic
         self.partition = partition.partition
         self.include_headers = include_headers

@@ -1,6 +1,6 @@
 """``BarrierKafkaStreamReader``: Spark's Kafka source semantics plus checkpoint barriers.
 
-Where things run (PySpark 4.3, see DESIGN.md):
+Where things run (PySpark 4.0.5 to 4.3, see DESIGN.md):
 
 * ``initialOffset``, ``latestOffset``, ``getDefaultReadLimit``, ``reportLatestOffset``,
   ``partitions`` and ``commit`` run on the driver in one long-lived Python worker spawned by the
@@ -27,8 +27,6 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
-                                              ReadMinRows, SupportsTriggerAvailableNow)
 
 from barrier_core.completed_offsets import read_completed_offsets
 from barrier_core.exceptions import (BarrierKafkaError, InvalidOptionError,
@@ -40,6 +38,8 @@ from barrier_source.offsets import (PartitionOffsets, SourceOffset, offset_of, o
                                     offsets_to_json, sorted_channels)
 from barrier_source.options import PLACEMENT_END, PLACEMENT_TIMESTAMP, SourceOptions
 from barrier_source.planner import count_rows, plan_end_offset, rate_limit
+from barrier_source.read_limits import (ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows,
+                                        SupportsTriggerAvailableNow)
 from barrier_source.trigger import CheckpointTrigger, TriggerDecision, TriggerState
 
 logger = logging.getLogger(__name__)
@@ -87,6 +87,9 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         self._last_batch_ms = _now_ms()
         self._available_now: Optional[PartitionOffsets] = None
         self._latest: Optional[PartitionOffsets] = None
+        self._initial: Optional[dict] = None  # initialOffset's answer, fixed once computed
+        self._seen: Optional[dict] = None  # newest end offset Spark planned (PySpark < 4.2)
+        self._guessed: Optional[Tuple[dict, dict]] = None  # (start, end) planned on a guess
         if self.opts.checkpoint_storage and self._trigger.is_enabled:
             self._record_checkpoint_settings()
             from barrier_core.query_run import record_run_start
@@ -120,8 +123,14 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
 
     # ------------------------------------------------------------------ Spark API (driver)
     def initialOffset(self) -> dict:
-        """Resolve the starting offsets of a new query (startingOffsets & co.).
+        """Resolve the starting offsets of a new query (startingOffsets & co.), once: Spark and
+        the PySpark < 4.2 planning path may both ask, and must get the same answer.
         Runs in the driver planner worker."""
+        if self._initial is None:
+            self._initial = self._resolve_initial_offset()
+        return self._initial
+
+    def _resolve_initial_offset(self) -> dict:
         parts = self._kafka.topic_partitions(strict=True)
         starting = self.opts.starting
         earliest = self._kafka.list_offsets(parts, "earliest")
@@ -267,9 +276,27 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         worker)."""
         return None if self._latest is None else offsets_to_json(self._latest)
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: Optional[dict] = None,
+                     limit: Optional[ReadLimit] = None) -> dict:
         """Plan the next batch; see :func:`barrier_source.planner.plan_end_offset`.
-        Runs in the driver planner worker."""
+        Runs in the driver planner worker.
+
+        PySpark >= 4.2 passes the batch's start and read limit. PySpark 4.0 and 4.1 pass
+        neither: the start is then the newest offset Spark planned, which this reader saw in
+        ``partitions`` (at a restart Spark announces the offset log's newest entry as
+        ``partitions(end, end)``), or ``initialOffset`` for a new query; the limit is
+        ``getDefaultReadLimit()``."""
+        guessed = start is None
+        if guessed:
+            start = self._seen if self._seen is not None else self.initialOffset()
+        if limit is None:
+            limit = self.getDefaultReadLimit()
+        planned = self._plan(start, limit)
+        self._seen = planned
+        self._guessed = (start, planned) if guessed else None
+        return planned
+
+    def _plan(self, start: dict, limit: ReadLimit) -> dict:
         prev = SourceOffset.from_json(start)
         self._last_end = prev
         self._commit_completed(prev)
@@ -423,7 +450,13 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """One input partition per Kafka partition with records or barriers in ``[start, end)``
-        (driver planner worker; the partitions are pickled to executors)."""
+        (driver planner worker; the partitions are pickled to executors). ``start == end`` is an
+        empty batch: PySpark < 4.2 announces the offset log's newest entry that way at a
+        restart."""
+        self._check_guessed_start(start, end)
+        self._seen = end
+        if start == end:
+            return []
         s, e = SourceOffset.from_json(start), SourceOffset.from_json(end)
         out: List[InputPartition] = []
         ended = {c for b in e.barriers for c in b.emit if offset_of(e.offsets, c) is None}
@@ -446,6 +479,19 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             out.append(KafkaRangePartition(t, p, begin, max(begin, until), barriers, epochs,
                                            e.next_checkpoint_id))
         return out
+
+    def _check_guessed_start(self, start: dict, end: dict) -> None:
+        """PySpark < 4.2: refuse a batch whose end was planned from another start than the one
+        Spark runs it from (its barriers and ids would be wrong). Spark only does that when it
+        asks for the latest offset before announcing where it stands, i.e. with
+        ``spark.sql.streaming.triggerAvailableNowWrapper.enabled`` (driver planner worker)."""
+        if self._guessed is not None and self._guessed[1] == end and self._guessed[0] != start:
+            raise BarrierKafkaError(
+                "barrier-kafka: Spark asked this source for its latest offset before telling it "
+                "where the query stands, and then ran the batch from elsewhere; nothing was "
+                "read. On PySpark 4.0/4.1 this happens with Trigger.AvailableNow when "
+                "spark.sql.streaming.triggerAvailableNowWrapper.enabled is true: unset it "
+                "(AvailableNow then runs one batch, like Trigger.Once) or use PySpark >= 4.2.")
 
     # ------------------------------------------------------------------ executors
     def read(self, partition: KafkaRangePartition) -> Iterator[Any]:

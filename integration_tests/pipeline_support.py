@@ -221,3 +221,50 @@ def run_fault_chain(bootstrap, input_topic, output, workdir, group, prefix, reco
         assert_files_exactly_once(bootstrap, input_topic, output_path, workdir, group, records)
     else:
         assert_exactly_once(bootstrap, input_topic, output, workdir, group, prefix, records)
+
+
+def assert_killed_mid_commit_then_exactly_once(bootstrap, workdir, tag, records=10_000, keys=53):
+    """The compact kill check of the version matrices (Kafka and PySpark versions): the pipeline
+    over ``records`` fresh records is SIGKILLed in the middle of its second driver commit (some
+    transactions committed, some not), its committed output is a duplicate-free prefix, and the
+    restart ends exactly-once with nothing open and the group at the last checkpoint."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        topic = produce_input(admin, bootstrap, records, keys)
+        output = create_topic(admin, f"{tag}_out_" + uuid.uuid4().hex[:6], 2)
+    finally:
+        admin.close()
+    group, prefix = f"{tag}-{uuid.uuid4().hex[:6]}", f"{tag}-{uuid.uuid4().hex[:6]}"
+    crash_dir = os.path.join(workdir, "crash")
+    rc = run_pipeline(bootstrap, topic, output, workdir, group, prefix,
+                      faults.fault_env(crash_dir, crash_at=(
+                          f"{faults.FaultPoint.COMMIT_MID_TRANSACTIONS.value}:2")),
+                      max_offsets_per_trigger=records // 4)
+    assert os.path.exists(os.path.join(crash_dir, "crashed")), \
+        f"the pipeline never reached the crash point (exit {rc}); see {workdir}/run.log"
+    assert 0 < assert_prefix_exactly_once(bootstrap, output) < records
+    rc = run_pipeline(bootstrap, topic, output, workdir, group, prefix,
+                      max_offsets_per_trigger=records // 4)
+    assert rc == 0, f"restart failed (exit {rc}); see {workdir}/run.log"
+    assert_exactly_once(bootstrap, topic, output, workdir, group, prefix, records)
+
+
+def run_notebook_process(notebook, master, bootstrap, workdir, timeout_s=PIPELINE_TIMEOUT_S):
+    """Run one notebook through ``barrier_demo.notebook_runner`` in a child process whose
+    SparkSession is on ``master`` (a ``spark://`` standalone cluster or an ``sc://`` Spark
+    Connect server); returns the notebook's ``result``."""
+    import json
+
+    os.makedirs(workdir, exist_ok=True)
+    result = os.path.join(workdir, "result.json")
+    log = os.path.join(workdir, "notebook.log")
+    cmd = [sys.executable, "-m", "barrier_demo.notebook_runner", str(notebook),
+           "--master", master, "--result-json", result,
+           "--widget", f"bootstrap_servers={bootstrap}",
+           "--widget", f"work_dir={os.path.join(workdir, 'work')}"]
+    with open(log, "ab") as out:
+        rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, timeout=timeout_s,
+                            env=faults.without_faults(os.environ)).returncode
+    assert rc == 0, f"{notebook} on {master} failed (exit {rc}); see {log}"
+    with open(result) as f:
+        return json.load(f)[0]

@@ -20,7 +20,9 @@ import uuid
 import pytest
 
 from barrier_core.faults import fault_env
-from integration_tests.pipeline_support import assert_exactly_once, produce_input, run_pipeline
+from integration_tests.pipeline_support import (assert_exactly_once, produce_input,
+                                                run_notebook_process, run_pipeline)
+from integration_tests.test_notebooks import CHECKS, NOTEBOOK_DIR
 from kafka_harness.spark_cluster import StandaloneCluster
 
 RECORDS = 30_000
@@ -65,3 +67,12 @@ def test_retried_and_speculative_attempts_on_a_standalone_cluster(cluster, boots
     # retry and the slow task's speculative copy each won a slot.
     assert len(_non_first_winners(workdir)) >= 2, _non_first_winners(workdir)
     assert_exactly_once(bootstrap, topic, output, workdir, group, prefix, RECORDS)
+
+
+def test_exactly_once_notebook_on_a_standalone_cluster(cluster, bootstrap, tmp_path):
+    """The exactly-once Kafka notebook (a run, a restart, its own checks) with its SparkSession
+    on the cluster: the source's planner and the sink's commits on the driver, the reads,
+    operators and writes on the two executors."""
+    notebook = NOTEBOOK_DIR / "02_exactly_once_kafka.py"
+    result = run_notebook_process(notebook, cluster.url, bootstrap, str(tmp_path))
+    CHECKS[notebook.stem](result)

@@ -8,6 +8,8 @@ import pytest
 from kafka import TopicPartition
 from kafka.admin import NewPartitions
 
+from barrier_kafka import run_available_now
+from barrier_source.read_limits import ADMISSION_CONTROL
 from integration_tests.source_helpers import produce, records, run_to_files, run_to_memory
 
 
@@ -160,13 +162,38 @@ def test_min_offsets_per_trigger_waits_at_most_max_trigger_delay(spark, bootstra
 
 
 def test_available_now_with_max_offsets(spark, bootstrap, topic_factory, tmp_path):
+    """PySpark >= 4.2: one AvailableNow run reads everything in batches of maxOffsetsPerTrigger.
+    PySpark 4.0/4.1 run AvailableNow as a single micro-batch for Python sources (no admission
+    control there): one run reads one batch, and the next run continues from it."""
     topic = topic_factory(2)
     produce(bootstrap, topic, {0: 30, 1: 30})
     rows = run_to_memory(spark, base(bootstrap, subscribe=topic, startingOffsets="earliest",
                                      maxOffsetsPerTrigger="20"), str(tmp_path / "a"),
                          trigger={"availableNow": True})
-    assert len(records(rows)) == 60 and len({r.checkpoint_id for r in rows
-                                              if r.kind == "barrier"}) == 3
+    batches = 3 if ADMISSION_CONTROL else 1
+    assert len(records(rows)) == 20 * batches and len({r.checkpoint_id for r in rows
+                                                        if r.kind == "barrier"}) == batches
+
+
+def test_run_available_now_reads_everything_on_every_pyspark(spark, bootstrap, topic_factory,
+                                                             tmp_path):
+    """``barrier_kafka.run_available_now`` gives AvailableNow's result on every version: all 60
+    records, each exactly once, in three checkpoints of maxOffsetsPerTrigger=20."""
+    topic = topic_factory(2)
+    produce(bootstrap, topic, {0: 30, 1: 30})
+    reader = spark.readStream.format("barrier-kafka")
+    for k, v in base(bootstrap, subscribe=topic, startingOffsets="earliest",
+                     maxOffsetsPerTrigger="20").items():
+        reader = reader.option(k, v)
+    out = str(tmp_path / "rows")
+    progress = run_available_now(reader.load().writeStream.format("parquet").option("path", out)
+                                 .option("checkpointLocation", str(tmp_path / "chk")))
+    rows = spark.read.parquet(out).collect()
+    got = sorted((r.partition, r.offset) for r in records(rows))
+    assert got == sorted((p, o) for p in (0, 1) for o in range(30))
+    assert sorted(r.checkpoint_id for r in rows if r.kind == "barrier" and r.partition == 0) \
+        == [1, 2, 3]
+    assert sum(p["numInputRows"] for p in progress) == len(rows)
 
 
 def test_bad_options_fail_at_start_naming_the_option(spark, bootstrap, tmp_path):

@@ -22,11 +22,20 @@ def cluster_conf(master: str) -> dict:
 def build_spark(app_name: str = "barrier-kafka-tests", shuffle_partitions: int = 4,
                 master: str = "local[2]", **conf):
     """A SparkSession with the plugin registered (driver): ``local[2]`` unless ``master``
-    names a standalone cluster (``spark://...``, see :mod:`kafka_harness.spark_cluster`)."""
+    names a standalone cluster (``spark://...``, see :mod:`kafka_harness.spark_cluster`) or a
+    Spark Connect server (``sc://...``, see :mod:`kafka_harness.spark_connect`; the server's
+    own settings apply, ``conf`` is set on the session)."""
     from pyspark.sql import SparkSession
 
     import barrier_kafka
 
+    if master.startswith("sc://"):  # a Spark Connect server (kafka_harness.spark_connect)
+        spark = SparkSession.builder.remote(master).getOrCreate()
+        spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        for k, v in conf.items():
+            spark.conf.set(k, v)
+        barrier_kafka.register(spark)
+        return spark
     builder = (SparkSession.builder.master(master).appName(app_name)
                .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
                .config("spark.ui.enabled", "false")

@@ -9,7 +9,7 @@
 # MAGIC 1. installs and registers the plugin,
 # MAGIC 2. creates a fresh topic (random suffix) and produces 200 sample events into it,
 # MAGIC 3. reads the topic with `spark.readStream.format("barrier-kafka")` until everything that is
-# MAGIC    available now has been read (`Trigger.AvailableNow`), into an in-memory table,
+# MAGIC    available now has been read (`Trigger.AvailableNow`), into Parquet files,
 # MAGIC 4. shows the record rows and the barrier rows side by side.
 # MAGIC
 # MAGIC It is finite and can be run again and again: every run uses new topics and a new work folder.
@@ -112,15 +112,11 @@ events.printSchema()
 
 # COMMAND ----------
 
-TABLE = f"quickstart_{RUN_ID}"
-query = (events.writeStream.format("memory").queryName(TABLE)
-         .option("checkpointLocation", os.path.join(WORK_DIR, "spark-checkpoint"))
-         .trigger(availableNow=True)
-         .start())
-query.awaitTermination()
-if query.exception() is not None:
-    raise query.exception()
-print(f"{len(query.recentProgress)} micro-batches")
+ROWS_PATH = os.path.join(WORK_DIR, "rows")
+progress = barrier_kafka.run_available_now(
+    events.writeStream.format("parquet").option("path", ROWS_PATH)
+    .option("checkpointLocation", os.path.join(WORK_DIR, "spark-checkpoint")))
+print(f"{len(progress)} micro-batches")
 
 # COMMAND ----------
 
@@ -136,7 +132,7 @@ print(f"{len(query.recentProgress)} micro-batches")
 
 # COMMAND ----------
 
-rows = spark.table(TABLE)
+rows = spark.read.parquet(ROWS_PATH)
 display(rows.groupBy("kind").count().orderBy("kind"))
 
 # COMMAND ----------
@@ -172,10 +168,9 @@ print(result)
 
 # COMMAND ----------
 
-# Clean up: drop the in-memory table and the topic.
+# Clean up: the topic (the rows and checkpoints are in the temporary work folder).
 from kafka.admin import KafkaAdminClient
 
-spark.catalog.dropTempView(TABLE)
 admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
 try:
     admin.delete_topics([TOPIC], timeout_ms=30000)

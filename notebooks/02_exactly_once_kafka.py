@@ -138,19 +138,16 @@ def run_job():
     counted = keyed_process(source, "key", RunningCount(), "key string, value string",
                             operator_id="running-count", state_backend=STORAGE,
                             max_parallelism=16)
-    query = (counted.writeStream.format("barrier-kafka")
-             .option("kafka.bootstrap.servers", BOOTSTRAP)
-             .option("topic", OUTPUT_TOPIC)
-             .option("transactionalIdPrefix", TXN_PREFIX)
-             .option("checkpoint.storage", STORAGE)
-             .option("checkpointLocation", SPARK_CHECKPOINT)
-             .trigger(availableNow=True)
-             .queryName(f"eo_kafka_{RUN_ID}")
-             .start())
-    query.awaitTermination()
-    if query.exception() is not None:
-        raise query.exception()
-    return query.recentProgress
+    writer = (counted.writeStream.format("barrier-kafka")
+              .option("kafka.bootstrap.servers", BOOTSTRAP)
+              .option("topic", OUTPUT_TOPIC)
+              .option("transactionalIdPrefix", TXN_PREFIX)
+              .option("checkpoint.storage", STORAGE)
+              .option("checkpointLocation", SPARK_CHECKPOINT)
+              .queryName(f"eo_kafka_{RUN_ID}"))
+    # Trigger.AvailableNow; on PySpark 4.0/4.1, where Spark runs it as one micro-batch for
+    # Python sources, run_available_now repeats it until everything available is read.
+    return barrier_kafka.run_available_now(writer)
 
 
 progress = run_job()

@@ -98,17 +98,12 @@ def run_job():
                             "key string, value string, count long",
                             operator_id="running-count", state_backend=STORAGE,
                             max_parallelism=16)
-    query = (counted.writeStream.format("barrier-files")
-             .option("path", OUTPUT_PATH)
-             .option("checkpoint.storage", STORAGE)
-             .option("checkpointLocation", SPARK_CHECKPOINT)
-             .trigger(availableNow=True)
-             .queryName(f"eo_files_{RUN_ID}")
-             .start())
-    query.awaitTermination()
-    if query.exception() is not None:
-        raise query.exception()
-    return query.recentProgress
+    writer = (counted.writeStream.format("barrier-files")
+              .option("path", OUTPUT_PATH)
+              .option("checkpoint.storage", STORAGE)
+              .option("checkpointLocation", SPARK_CHECKPOINT)
+              .queryName(f"eo_files_{RUN_ID}"))
+    return barrier_kafka.run_available_now(writer)  # Trigger.AvailableNow on every PySpark
 
 
 progress = run_job()

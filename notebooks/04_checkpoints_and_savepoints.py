@@ -101,14 +101,9 @@ def job(name, storage, output_topic=None, starting_offsets="earliest", restore_f
                   .option("state.checkpoints.num-retained", "3"))
     else:
         writer = records_only(counted).select("key", "value").writeStream.format("memory")
-    query = (writer
-             .option("checkpointLocation", os.path.join(WORK_DIR, f"spark-checkpoint-{name}"))
-             .trigger(availableNow=True)
-             .queryName(f"{name}_{RUN_ID}")
-             .start())
-    query.awaitTermination()
-    if query.exception() is not None:
-        raise query.exception()
+    barrier_kafka.run_available_now(  # Trigger.AvailableNow on every PySpark
+        writer.option("checkpointLocation", os.path.join(WORK_DIR, f"spark-checkpoint-{name}"))
+        .queryName(f"{name}_{RUN_ID}"))
 
 
 STORAGE_A = os.path.join(WORK_DIR, "storage-a")
