@@ -57,7 +57,8 @@ def test_a_new_query_plans_from_its_initial_offset_with_the_default_limit():
     assert SourceOffset.from_json(second).next_checkpoint_id == 3
 
 
-def test_the_legacy_form_plans_what_the_admission_controlled_form_plans():
+def test_the_legacy_form_plans_what_the_admission_controlled_form_plans(monkeypatch):
+    monkeypatch.setattr("barrier_source.reader._now_ms", lambda: 1_000_000)  # one trigger time
     legacy = make_reader({0: 70, 1: 30}, maxOffsetsPerTrigger="40")
     modern = make_reader({0: 70, 1: 30}, maxOffsetsPerTrigger="40")
     start = modern.initialOffset()
