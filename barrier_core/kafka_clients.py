@@ -77,11 +77,24 @@ class _ConnectionFailures(logging.Handler):
             pass
 
 
-def diagnose(messages) -> Optional[str]:
-    """What kafka-python's connection failures say about the cause, or None."""
+_SASL_DISCONNECTED = (
+    "the broker closed the connection during SASL authentication: most likely it rejected the "
+    "SASL credentials (check the username and password in kafka.sasl.jaas.config and "
+    "kafka.sasl.mechanism), or that port is not a SASL listener")
+
+
+def diagnose(messages, security_protocol: Optional[str] = None) -> Optional[str]:
+    """What kafka-python's connection failures say about the cause, or None.
+
+    A SASL client whose connections are only ever closed gets the SASL reading of that: the
+    broker closes the connection right after a failed authentication, and kafka-python then
+    sometimes reports the close instead of the error response that preceded it."""
     text = "\n".join(messages)
     for needle, meaning in _CAUSES:
         if needle in text:
+            if needle == "socket disconnected" and \
+                    (security_protocol or "").upper().startswith("SASL"):
+                return _SASL_DISCONNECTED
             return meaning
     return None
 
@@ -102,7 +115,7 @@ def kafka_client(factory: Callable[..., T], config: Mapping[str, Any], role: str
     try:
         return factory(**config)
     except bootstrap_failures as exc:  # construction only bootstraps: nothing else times out
-        cause = diagnose(failures.messages)
+        cause = diagnose(failures.messages, config.get("security_protocol"))
         if cause is not None:
             raise BrokerUnreachableError(
                 f"The barrier-kafka {role} could not connect to the Kafka brokers at "
