@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from kafka_harness.spark_cluster import spark_home
+from kafka_harness.spark_cluster import _free_port, spark_home
 
 START_TIMEOUT_S = 180.0
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -28,12 +28,6 @@ SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 class ConnectServerStartError(RuntimeError):
     """The Spark Connect server did not come up."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class SparkConnectServer:
