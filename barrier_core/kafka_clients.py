@@ -41,24 +41,31 @@ def unreachable_message(config: Mapping[str, Any], role: str) -> str:
             "or a firewall between this machine and the brokers.")
 
 
-#: (substring of kafka-python's connection failure, what it means for the user). First match wins.
+#: (substring of kafka-python's connection failure, SASL clients only?, what it means for the
+#: user). First match wins; an entry for SASL clients only precedes the general reading.
 _CAUSES = (
-    ("SaslAuthenticationFailed", "the broker rejected the SASL credentials: check the username "
-     "and password in kafka.sasl.jaas.config and kafka.sasl.mechanism"),
-    ("IllegalSaslState", "that listener does not speak SASL (it is a PLAINTEXT or SSL "
+    ("SaslAuthenticationFailed", False, "the broker rejected the SASL credentials: check the "
+     "username and password in kafka.sasl.jaas.config and kafka.sasl.mechanism"),
+    ("IllegalSaslState", False, "that listener does not speak SASL (it is a PLAINTEXT or SSL "
      "listener): use its SASL port or set kafka.security.protocol to what it expects"),
-    ("UnsupportedSaslMechanism", "the listener does not enable kafka.sasl.mechanism: use one "
-     "of the mechanisms the broker lists in sasl.enabled.mechanisms"),
-    ("CERTIFICATE_VERIFY_FAILED", "the client does not trust the broker's TLS certificate: set "
-     "kafka.ssl.truststore.location to a PEM file holding the CA that signed it"),
-    ("Handshake failed", "the TLS handshake failed: that listener does not speak TLS (set "
+    ("UnsupportedSaslMechanism", False, "the listener does not enable kafka.sasl.mechanism: use "
+     "one of the mechanisms the broker lists in sasl.enabled.mechanisms"),
+    ("CERTIFICATE_VERIFY_FAILED", False, "the client does not trust the broker's TLS "
+     "certificate: set kafka.ssl.truststore.location to a PEM file holding the CA that signed it"),
+    ("Handshake failed", False, "the TLS handshake failed: that listener does not speak TLS (set "
      "kafka.security.protocol to PLAINTEXT or SASL_PLAINTEXT, or use the broker's SSL port)"),
-    ("Invalid frame length", "that listener speaks TLS: set kafka.security.protocol to SSL (or "
-     "SASL_SSL) and kafka.ssl.truststore.location"),
-    ("ECONNREFUSED", "nothing listens there: check the host and port in "
+    ("Invalid frame length", False, "that listener speaks TLS: set kafka.security.protocol to SSL "
+     "(or SASL_SSL) and kafka.ssl.truststore.location"),
+    ("ECONNREFUSED", False, "nothing listens there: check the host and port in "
      "kafka.bootstrap.servers"),
-    ("socket disconnected", "the broker closed the connection after the first request: the "
-     "listener most likely requires SASL or TLS (set kafka.security.protocol and the "
+    # The broker closes the connection right after a failed authentication, and kafka-python
+    # then sometimes reports the close instead of the error response that preceded it.
+    ("socket disconnected", True, "the broker closed the connection during SASL "
+     "authentication: most likely it rejected the SASL credentials (check the username and "
+     "password in kafka.sasl.jaas.config and kafka.sasl.mechanism), or that port is not a SASL "
+     "listener"),
+    ("socket disconnected", False, "the broker closed the connection after the first request: "
+     "the listener most likely requires SASL or TLS (set kafka.security.protocol and the "
      "credentials it expects)"),
 )
 
@@ -77,24 +84,12 @@ class _ConnectionFailures(logging.Handler):
             pass
 
 
-_SASL_DISCONNECTED = (
-    "the broker closed the connection during SASL authentication: most likely it rejected the "
-    "SASL credentials (check the username and password in kafka.sasl.jaas.config and "
-    "kafka.sasl.mechanism), or that port is not a SASL listener")
-
-
 def diagnose(messages, security_protocol: Optional[str] = None) -> Optional[str]:
-    """What kafka-python's connection failures say about the cause, or None.
-
-    A SASL client whose connections are only ever closed gets the SASL reading of that: the
-    broker closes the connection right after a failed authentication, and kafka-python then
-    sometimes reports the close instead of the error response that preceded it."""
+    """What kafka-python's connection failures say about the cause, or None."""
     text = "\n".join(messages)
-    for needle, meaning in _CAUSES:
-        if needle in text:
-            if needle == "socket disconnected" and \
-                    (security_protocol or "").upper().startswith("SASL"):
-                return _SASL_DISCONNECTED
+    sasl = (security_protocol or "").upper().startswith("SASL")
+    for needle, sasl_only, meaning in _CAUSES:
+        if needle in text and (sasl or not sasl_only):
             return meaning
     return None
 

@@ -46,10 +46,8 @@ def run_available_now(writer) -> List[dict]:
 
 
 def _as_dict(progress) -> dict:
-    out = json.loads(progress.json) if hasattr(progress, "json") else dict(progress)
-    rows = getattr(progress, "numInputRows", None)
-    if rows is None:
-        rows = out.get("numInputRows") or sum(s.get("numInputRows") or 0
-                                              for s in out.get("sources", []))
-    out["numInputRows"] = int(rows or 0)
+    """A ``StreamingQueryProgress`` (classic or Spark Connect) as a dict with ``numInputRows``
+    set: its property sums the sources where the JSON leaves the total out (Connect)."""
+    out = json.loads(progress.json)
+    out["numInputRows"] = int(progress.numInputRows or 0)
     return out
