@@ -24,5 +24,11 @@ class TransactionTimeoutTooShortError(InvalidOptionError):
     """``transaction.timeout.ms`` cannot cover checkpoint interval + timeout + restart budget."""
 
 
-__all__ = ["SinkError", "CheckpointStorageMismatchError", "TransactionCommitError", "TransactionTimeoutTooShortError",
+class TwoPhaseCommitUnavailableError(InvalidOptionError):
+    """``kafka.transaction.two.phase.commit.enable`` is true but the brokers refuse KIP-939
+    transactions; the message names the missing broker setting (:mod:`barrier_sink.kip939`)."""
+
+
+__all__ = ["SinkError", "CheckpointStorageMismatchError", "TransactionCommitError",
+           "TransactionTimeoutTooShortError", "TwoPhaseCommitUnavailableError",
            "InvalidOptionError"]

@@ -171,7 +171,8 @@ class KafkaTwoPhaseCommitWriter(TwoPhaseCommitWriter):
         """Open a transactional producer for one epoch of one task attempt (executor)."""
         tid = self.next_transactional_id(batch_id, partition_id, attempt, checkpoint_id)
         return TransactionalWriter(self.opts.kafka, tid, self.opts.transaction_timeout_ms,
-                                   batch_id, partition_id, checkpoint_id).open()
+                                   batch_id, partition_id, checkpoint_id,
+                                   two_phase=self.opts.two_phase_commit).open()
 
     def next_transactional_id(self, batch_id: int, partition_id: int, attempt: int,
                               checkpoint_id: Optional[int]) -> str:
@@ -242,8 +243,10 @@ class KafkaTwoPhaseCommitWriter(TwoPhaseCommitWriter):
     def preflight(self) -> None:
         """At start (driver, once): read the source's checkpoint settings from
         checkpoint.storage and size the transaction-timeout guard by them; refuse a
-        ``kafka.transaction.timeout.ms`` above the brokers' maximum."""
-        from barrier_sink.transaction import broker_max_transaction_timeout_ms
+        ``kafka.transaction.timeout.ms`` above the brokers' maximum, and KIP-939 transactions
+        the brokers do not allow."""
+        from barrier_sink.transaction import (broker_max_transaction_timeout_ms,
+                                              check_two_phase_commit)
         from barrier_core.checkpoint_settings import read_settings
 
         settings = read_settings(self.opts.checkpoint.open_backend())
@@ -258,6 +261,9 @@ class KafkaTwoPhaseCommitWriter(TwoPhaseCommitWriter):
             bound = self.opts.check_against_source(settings)
         self.opts.check_transaction_timeout(broker_max_transaction_timeout_ms(self.opts.kafka),
                                             seal_bound_ms=bound)
+        if self.opts.two_phase_commit:
+            check_two_phase_commit(self.opts.kafka, self.opts.two_phase_check_id,
+                                   self.opts.transaction_timeout_ms)
 
     def storage_uri(self) -> str:
         """The sink's ``checkpoint.storage`` (driver)."""

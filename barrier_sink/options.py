@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional
 
 from barrier_sink.exceptions import InvalidOptionError, TransactionTimeoutTooShortError
-from barrier_core.option_spec import OptionSpec, check_known_options, redact  # noqa: F401
+from barrier_core.option_spec import (OptionSpec, check_known_options, read_option,  # noqa: F401
+                                      redact)
+from barrier_sink.kip939 import OPTION as TWO_PHASE_OPTION
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +75,13 @@ KAFKA_SINK_OPTIONS: List[OptionSpec] = [
     OptionSpec("kafka.transaction.timeout.ms", "900000",
                "Kafka transaction timeout: at least interval + checkpoint timeout + restart "
                "budget, at most the broker's transaction.max.timeout.ms."),
+    OptionSpec(TWO_PHASE_OPTION, "false",
+               "true: KIP-939 transactions (the Java client's setting of that name). The "
+               "broker never aborts them on a timeout, so a query may stay down for any time "
+               "and still commit every pre-committed record; kafka.transaction.timeout.ms then "
+               "no longer needs to cover the restart budget. Needs brokers with "
+               "transaction.two.phase.commit.enable=true (Kafka 4.1 to 4.4: also "
+               "unstable.api.versions.enable=true); checked at start.", kind="bool"),
 ]
 
 FILE_SINK_OPTIONS: List[OptionSpec] = [
@@ -140,8 +149,9 @@ def kafka_client_config(options: Mapping[str, str]) -> Dict[str, object]:
             raise InvalidOptionError(
                 f"Option '{name}' is not allowed on the sink: the transactional.id is built "
                 "from 'transactionalIdPrefix'.")
+    own = ("kafka.transaction.timeout.ms", TWO_PHASE_OPTION)
     conf = translate_kafka_options(
-        {k: v for k, v in options.items() if k.lower() != "kafka.transaction.timeout.ms"},
+        {k: v for k, v in options.items() if k.lower() not in own},
         clients=("producer", "admin"))
     if not conf.get("bootstrap_servers"):
         raise InvalidOptionError("Option 'kafka.bootstrap.servers' is required by the "
@@ -209,6 +219,7 @@ class KafkaSinkOptions:
     transaction_timeout_ms: int
     kafka: Dict[str, object] = field(repr=False, default_factory=dict)
     naming_strategy: str = POOLING
+    two_phase_commit: bool = False  # KIP-939 transactions (barrier_sink.kip939)
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> "KafkaSinkOptions":
@@ -226,8 +237,10 @@ class KafkaSinkOptions:
             raise InvalidOptionError(
                 f"Option 'transaction.naming.strategy' must be one of {list(NAMING_STRATEGIES)}, "
                 f"got {_get(options, 'transaction.naming.strategy')!r}.")
+        two_phase = read_option(KAFKA_SINK_OPTIONS, {k.lower(): v for k, v in options.items()},
+                                TWO_PHASE_OPTION)
         opts = cls(checkpoint, _get(options, "topic"), prefix, timeout,
-                   kafka_client_config(options), naming)
+                   kafka_client_config(options), naming, two_phase)
         opts.check_transaction_timeout()
         return opts
 
@@ -240,12 +253,13 @@ class KafkaSinkOptions:
         seal, read from checkpoint.storage; before that is known, the sink's own interval
         option), the checkpoint timeout to complete it, and the restart budget when a crash
         comes between completion and commit. If Kafka aborts the transaction first, its records
-        are lost: so refuse to start instead.
+        are lost: so refuse to start instead. KIP-939 transactions have no timeout: only the
+        brokers' maximum applies to them.
         """
         c = self.checkpoint
         wait = seal_bound_ms if seal_bound_ms is not None else (c.interval_ms or 0)
         needed = wait + c.checkpoint_timeout_ms + c.restart_budget_ms
-        if self.transaction_timeout_ms < needed:
+        if self.transaction_timeout_ms < needed and not self.two_phase_commit:
             raise TransactionTimeoutTooShortError(
                 f"Option 'kafka.transaction.timeout.ms' = {self.transaction_timeout_ms} is "
                 f"shorter than the longest wait for a barrier ({wait}: the source's "
@@ -272,7 +286,7 @@ class KafkaSinkOptions:
                 f"contradicts the source's {settings.interval_ms} ms (read from "
                 f"{self.checkpoint.storage_uri}). The source decides when checkpoints trigger: "
                 "set the interval on the source only and drop it from the sink.")
-        if settings.seal_bound_ms is None:
+        if settings.seal_bound_ms is None and not self.two_phase_commit:
             logger.warning(
                 "barrier-kafka sink: the source counts checkpoints in batches and its "
                 "execution.checkpointing.idle-seal-after is 0: records after the last barrier "
@@ -293,6 +307,12 @@ class KafkaSinkOptions:
         """``<prefix>-p<task>-a<attempt>-s<slot>``: slot ``slot`` of the id pool of one task
         attempt (``transaction.naming.strategy`` POOLING, :mod:`barrier_sink.id_pool`)."""
         return f"{self.transactional_id_prefix}-p{partition_id}-a{attempt}-s{slot}"
+
+    @property
+    def two_phase_check_id(self) -> str:
+        """``<prefix>-2pc-check``: the id the start check initialises; it never holds a
+        transaction (``kafka.transaction.two.phase.commit.enable``)."""
+        return f"{self.transactional_id_prefix}-2pc-check"
 
     @property
     def pooled(self) -> bool:

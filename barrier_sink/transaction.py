@@ -25,6 +25,7 @@ from typing import Dict, Iterable, List, Optional
 
 from barrier_core.exceptions import BrokerUnreachableError
 from barrier_core.kafka_clients import kafka_client
+from barrier_sink import kip939
 
 logger = logging.getLogger(__name__)
 
@@ -111,19 +112,38 @@ def broker_max_transaction_timeout_ms(kafka_config: Dict[str, object]) -> Option
             admin.close()
 
 
+def check_two_phase_commit(kafka_config: Dict[str, object], transactional_id: str,
+                           timeout_ms: int) -> None:
+    """Refuse to start when the brokers do not allow KIP-939 transactions (driver planner
+    worker, once at start): initialises ``transactional_id``, an id of its own that never
+    holds a transaction, the way every sink task will. Raises
+    ``TwoPhaseCommitUnavailableError`` naming the missing broker setting."""
+    from kafka import KafkaProducer
+
+    producer = kafka_client(KafkaProducer,
+                            producer_config(kafka_config, transactional_id, timeout_ms), "sink")
+    try:
+        kip939.init_transactions(producer, two_phase=True)
+    finally:
+        _close_quietly(producer)
+
+
 class TransactionalWriter:
     """Writes one epoch's rows of one task into one Kafka transaction (runs on an executor).
 
     1. ``open()``: ``init_transactions`` (fences any earlier producer with the same id, i.e. a
        failed attempt of this task, and aborts its open transaction), then ``begin_transaction``.
+       With ``two_phase`` the id is initialised for KIP-939 transactions, which the broker never
+       aborts on a timeout (:mod:`barrier_sink.kip939`).
     2. ``send()`` rows.
     3. ``pre_commit()``: flush and return the handle; the transaction stays open, uncommitted.
     """
 
     def __init__(self, kafka_config: Dict[str, object], transactional_id: str,
                  transaction_timeout_ms: int, batch_id: int, partition_id: int,
-                 checkpoint_id: Optional[int]) -> None:
+                 checkpoint_id: Optional[int], two_phase: bool = False) -> None:
         self._conf = producer_config(kafka_config, transactional_id, transaction_timeout_ms)
+        self._two_phase = two_phase
         self.transactional_id = transactional_id
         self.batch_id = batch_id
         self.partition_id = partition_id
@@ -136,7 +156,12 @@ class TransactionalWriter:
         from kafka import KafkaProducer
 
         self._producer = kafka_client(KafkaProducer, self._conf, "sink (executor)")
-        self._producer.init_transactions()
+        try:
+            kip939.init_transactions(self._producer, self._two_phase)
+        except Exception:
+            _close_quietly(self._producer)
+            self._producer = None
+            raise
         self._producer.begin_transaction()
         return self
 

@@ -128,3 +128,28 @@ def test_sink_producers_default_to_a_short_retry_backoff_the_user_can_override()
     assert conf["retry_backoff_ms"] == 10
     mine = KafkaSinkOptions.from_options({**BASE, "kafka.retry.backoff.ms": "250"}).kafka
     assert producer_config(mine, "t", 60_000)["retry_backoff_ms"] == 250
+
+
+TWO_PC = "kafka.transaction.two.phase.commit.enable"
+
+
+def test_kip939_option_is_a_boolean_kept_out_of_the_producer_settings():
+    assert KafkaSinkOptions.from_options(BASE).two_phase_commit is False
+    on = KafkaSinkOptions.from_options({**BASE, TWO_PC: "TRUE"})
+    assert on.two_phase_commit is True
+    assert not any("two" in k for k in on.kafka), on.kafka  # not a kafka-python setting
+    assert on.two_phase_check_id == f"{on.transactional_id_prefix}-2pc-check"
+    with pytest.raises(InvalidOptionError, match=f"'{TWO_PC}' must be 'true' or 'false'"):
+        KafkaSinkOptions.from_options({**BASE, TWO_PC: "yes"})
+
+
+def test_kip939_transactions_need_no_timeout_budget_but_respect_the_broker_maximum():
+    """KIP-939 transactions never time out, so a timeout shorter than interval + checkpoint
+    timeout + restart budget loses nothing and is accepted; the brokers' maximum still holds."""
+    short = {**BASE, "kafka.transaction.timeout.ms": "10000", "restart.budget.ms": "600000"}
+    with pytest.raises(TransactionTimeoutTooShortError):
+        KafkaSinkOptions.from_options(short)
+    opts = KafkaSinkOptions.from_options({**short, TWO_PC: "true"})
+    opts.check_transaction_timeout(broker_max_ms=10000, seal_bound_ms=3_600_000)
+    with pytest.raises(TransactionTimeoutTooShortError, match="transaction.max.timeout.ms"):
+        opts.check_transaction_timeout(broker_max_ms=5000)
