@@ -25,7 +25,8 @@ from typing import Dict, Iterable, List, Optional
 
 from barrier_core.exceptions import BrokerUnreachableError
 from barrier_core.kafka_clients import kafka_client
-from barrier_sink import kip939
+from barrier_sink import kip939, producer_reuse
+from barrier_sink.producer_reuse import discard as _close_quietly
 
 logger = logging.getLogger(__name__)
 
@@ -137,6 +138,7 @@ class TransactionalWriter:
        aborts on a timeout (:mod:`barrier_sink.kip939`).
     2. ``send()`` rows.
     3. ``pre_commit()``: flush and return the handle; the transaction stays open, uncommitted.
+    4. ``close_without_finishing()``: park the producer for the worker's next transaction.
     """
 
     def __init__(self, kafka_config: Dict[str, object], transactional_id: str,
@@ -153,9 +155,7 @@ class TransactionalWriter:
         self._partitions = set()
 
     def open(self) -> "TransactionalWriter":
-        from kafka import KafkaProducer
-
-        self._producer = kafka_client(KafkaProducer, self._conf, "sink (executor)")
+        self._producer = producer_reuse.acquire(self._conf)
         try:
             kip939.init_transactions(self._producer, self._two_phase)
         except Exception:
@@ -186,9 +186,10 @@ class TransactionalWriter:
         return handle
 
     def close_without_finishing(self) -> None:
-        """Release sockets; leaves the transaction open for the driver to finish."""
+        """Leaves the flushed transaction open for the driver to finish; the producer is parked
+        for this worker's next transaction (:mod:`barrier_sink.producer_reuse`)."""
         if self._producer is not None:
-            _close_quietly(self._producer)
+            producer_reuse.release(self._producer, self._conf)
             self._producer = None
 
     def abort(self) -> None:
@@ -198,13 +199,6 @@ class TransactionalWriter:
             finally:
                 _close_quietly(self._producer)
                 self._producer = None
-
-
-def _close_quietly(producer) -> None:
-    try:
-        producer.close(timeout=5)
-    except Exception:  # noqa: BLE001 - closing must never mask the real outcome
-        logger.debug("producer close failed", exc_info=True)
 
 
 def _resume(kafka_config: Dict[str, object], handle: TransactionHandle, timeout_ms: int):

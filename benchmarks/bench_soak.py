@@ -7,13 +7,16 @@ through a counting proxy so that LIST requests are counted at the server side of
 ``--every`` batches it prints:
 
 * distinct transactional ids of the sink on the broker (Kafka's ListTransactions) and how many
-  appeared since the previous row (each new id also allocates a new producer id);
+  appeared since the previous row, and the distinct producer ids those ids were seen with so
+  far (DescribeTransactions at every row: a new id allocates a new producer id);
 * objects and bytes in the checkpoint storage;
 * S3 LIST requests per completed checkpoint in the window, and all S3 requests per checkpoint;
 * median micro-batch time and median checkpoint end-to-end time (``chk-<n>/_stats.json``).
 
     python benchmarks/bench_soak.py                      # 2,000 batches, own broker
     BARRIER_KAFKA_BOOTSTRAP=<broker> python benchmarks/bench_soak.py --batches 500 --every 100
+    python benchmarks/bench_soak.py --storage local      # local folder: ~3x faster batches,
+                                                         # no S3 request columns
 
 Flat columns after warm-up mean the footprint does not grow; a column that grows by the same
 amount every row grows without bound.
@@ -99,17 +102,51 @@ def sink_transactional_ids(admin, prefix: str) -> int:
                 if is_sink_transactional_id(prefix, t.transactional_id)})
 
 
-def checkpoint_e2e_ms(s3, bucket: str, prefix: str):
+def sink_producer_ids(admin, prefix: str) -> set:
+    """Producer ids the sink's transactional ids hold now (DescribeTransactions)."""
+    from barrier_sink.options import is_sink_transactional_id
+
+    listing = admin.list_transactions()
+    ids = sorted({t.transactional_id for rows in listing.values() for t in rows
+                  if is_sink_transactional_id(prefix, t.transactional_id)})
+    if not ids:
+        return set()
+    described = admin.describe_transactions(ids)
+    values = described.values() if isinstance(described, dict) else described
+    return {d.producer_id for d in values}
+
+
+def local_footprint(folder: str):
+    objects = size = 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            objects += 1
+            size += os.path.getsize(os.path.join(root, name))
+    return objects, size
+
+
+def checkpoint_e2e_ms(stats_docs) -> float:
+    out = [d["end_to_end_duration_ms"] for d in stats_docs if d.get("status") == "COMPLETED"]
+    return statistics.median(out) if out else float("nan")
+
+
+def s3_stats_docs(s3, bucket: str, prefix: str) -> list:
     import json
 
-    out = []
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        for o in page.get("Contents", []):
-            if o["Key"].endswith("/_stats.json"):
-                doc = json.loads(s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read())
-                if doc.get("status") == "COMPLETED":
-                    out.append(doc["end_to_end_duration_ms"])
-    return statistics.median(out) if out else float("nan")
+    return [json.loads(s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read())
+            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+            for o in page.get("Contents", []) if o["Key"].endswith("/_stats.json")]
+
+
+def local_stats_docs(folder: str) -> list:
+    import glob
+    import json
+
+    docs = []
+    for path in glob.glob(os.path.join(folder, "**", "_stats.json"), recursive=True):
+        with open(path) as f:
+            docs.append(json.load(f))
+    return docs
 
 
 def main() -> int:
@@ -118,6 +155,8 @@ def main() -> int:
     parser.add_argument("--every", type=int, default=250)
     parser.add_argument("--records-per-batch", type=int, default=20)
     parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--storage", choices=("s3", "local"), default="s3",
+                        help="checkpoint storage: moto S3 behind a counting proxy, or a folder")
     args = parser.parse_args()
 
     import boto3
@@ -138,15 +177,35 @@ def main() -> int:
     if not bootstrap:
         broker = KafkaBroker(data_dir=tempfile.mkdtemp(prefix="soak-broker-")).start()
         bootstrap = broker.bootstrap
-    s3_server = S3Server().start()
-    proxy = CountingProxy(s3_server.port)
-    s3 = boto3.client("s3", **s3_server.client_kwargs())
-    bucket, run = "soak", uuid.uuid4().hex[:8]
-    s3.create_bucket(Bucket=bucket)
-    storage = f"s3://{bucket}/{run}"
-    s3_options = {"s3.endpoint": f"http://127.0.0.1:{proxy.port}",
-                  "s3.access.key": s3_server.access_key, "s3.secret.key": s3_server.secret_key,
-                  "s3.region": s3_server.region}
+    run, workdir = uuid.uuid4().hex[:8], tempfile.mkdtemp(prefix="soak-")
+    if args.storage == "s3":
+        s3_server = S3Server().start()
+        proxy = CountingProxy(s3_server.port)
+        s3 = boto3.client("s3", **s3_server.client_kwargs())
+        bucket = "soak"
+        s3.create_bucket(Bucket=bucket)
+        storage = f"s3://{bucket}/{run}"
+        s3_options = {"s3.endpoint": f"http://127.0.0.1:{proxy.port}",
+                      "s3.access.key": s3_server.access_key,
+                      "s3.secret.key": s3_server.secret_key, "s3.region": s3_server.region}
+        completed_backend = backend_from_uri(storage, {**s3_options,
+                                                       "s3.endpoint": s3_server.endpoint_url})
+
+        def footprint():
+            return storage_footprint(s3, bucket, run)
+
+        def stats_docs():
+            return s3_stats_docs(s3, bucket, run)
+    else:
+        s3_server = proxy = None
+        storage, s3_options = os.path.join(workdir, "storage"), {}
+        completed_backend = backend_from_uri(storage)
+
+        def footprint():
+            return local_footprint(storage)
+
+        def stats_docs():
+            return local_stats_docs(storage)
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     topic, out, prefix = f"soak-in-{run}", f"soak-out-{run}", f"soak-{run}"
     create_topic(admin, topic, args.partitions)
@@ -159,7 +218,6 @@ def main() -> int:
     producer.close()
 
     spark = build_spark("barrier-kafka-soak", shuffle_partitions=2)
-    workdir = tempfile.mkdtemp(prefix="soak-")
     src = (spark.readStream.format("barrier-kafka")
            .option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
            .option("startingOffsets", "earliest").option("checkpoint.storage", storage)
@@ -173,15 +231,15 @@ def main() -> int:
              .option("transactionalIdPrefix", prefix).option("checkpoint.storage", storage)
              .options(**s3_options).option("checkpointLocation", os.path.join(workdir, "chk"))
              .start())
-    completed_backend = backend_from_uri(storage, {**s3_options,
-                                                   "s3.endpoint": s3_server.endpoint_url})
-    header = (f"{'batches':>8} {'txn ids':>8} {'new ids':>8} {'objects':>8} {'KiB':>8} "
+    header = (f"{'batches':>8} {'txn ids':>8} {'new ids':>8} {'pids':>6} {'objects':>8} {'KiB':>8} "
               f"{'LIST/chk':>9} {'S3 req/chk':>10} {'batch p50 ms':>12} {'chk e2e p50 ms':>14}")
     print(f"soak: {args.batches} batches of {args.records_per_batch} records, "
-          f"{args.partitions} partitions, storage {storage} (moto via counting proxy), "
+          f"{args.partitions} partitions, storage {storage}"
+          f"{' (moto via counting proxy)' if proxy else ''}, "
           f"load {os.getloadavg()[0]:.2f}", flush=True)
     print(header, flush=True)
     last_requests, last_done, last_ids, next_row = Counter(), 0, 0, args.every
+    producer_ids = set()
     seen_batches = set()
     durations = []
     started = time.monotonic()
@@ -196,25 +254,29 @@ def main() -> int:
             if len(seen_batches) < next_row:
                 time.sleep(0.5)
                 continue
-            requests = proxy.snapshot()
+            requests = proxy.snapshot() if proxy else Counter()
             done = read_completed_offsets(completed_backend)
             done_id = done.checkpoint_id if done else 0
             window = max(1, done_id - last_done)
             ids = sink_transactional_ids(admin, prefix)
-            objects, size = storage_footprint(s3, bucket, run)
+            producer_ids |= sink_producer_ids(admin, prefix)
+            objects, size = footprint()
             delta = requests - last_requests
             recent = durations[-args.every:]
-            print(f"{next_row:>8} {ids:>8} {ids - last_ids:>8} {objects:>8} {size / 1024:>8.0f} "
-                  f"{delta['list'] / window:>9.1f} {sum(delta.values()) / window:>10.1f} "
-                  f"{statistics.median(recent):>12.0f} "
-                  f"{checkpoint_e2e_ms(s3, bucket, run):>14.0f}", flush=True)
+            listed = (f"{delta['list'] / window:>9.1f} {sum(delta.values()) / window:>10.1f}"
+                      if proxy else f"{'-':>9} {'-':>10}")
+            print(f"{next_row:>8} {ids:>8} {ids - last_ids:>8} {len(producer_ids):>6} "
+                  f"{objects:>8} {size / 1024:>8.0f} {listed} "
+                  f"{statistics.median(recent):>12.0f} {checkpoint_e2e_ms(stats_docs()):>14.0f}",
+                  flush=True)
             last_requests, last_done, last_ids = requests, done_id, ids
             next_row += args.every
     finally:
         query.stop()
         admin.close()
         spark.stop()
-        s3_server.stop()
+        if s3_server is not None:
+            s3_server.stop()
         if broker is not None:
             broker.stop()
     print(f"{args.batches} batches in {time.monotonic() - started:.0f} s", flush=True)
