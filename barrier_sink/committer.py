@@ -46,11 +46,12 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from abc import ABC, abstractmethod
 from typing import Iterable, List, Optional
 
-from barrier_sink.messages import SinkCommitMessage
+from barrier_sink.messages import SinkCommitMessage, slowest_task
 from barrier_core.faults import FaultPoint, fault_point
 from barrier_core.completed_offsets import CompletedOffsets, write_completed_offsets
 
@@ -185,7 +186,8 @@ class SinkCommitter(ABC):
                   "barriers": [b for m in messages for b in m.barriers],
                   "acks": [a for m in messages for a in m.acks],
                   "committed": dict((previous or {}).get("committed", {})),
-                  "records": sum(m.records for m in messages)}
+                  "records": sum(m.records for m in messages),
+                  "timings": slowest_task(messages)}
         self._store_batch(record)
         # Step 3. Let the coordinator complete checkpoints.
         coordinator = self._coordinator_factory()
@@ -253,6 +255,7 @@ class SinkCommitter(ABC):
         Runs in the driver commit worker.
         """
         n = completed.checkpoint_id
+        started = time.perf_counter()
         fault_point(FaultPoint.COMMIT_AFTER_METADATA)
         committed_by_n: List[dict] = []
         records, work = [], []
@@ -278,6 +281,9 @@ class SinkCommitter(ABC):
                 first_error = first_error or exc
         for record in records:
             if id(record) in changed:
+                if record["batch_id"] == batch_id:  # stored anyway: no extra write for this
+                    record["commit_transactions_ms"] = round(
+                        (time.perf_counter() - started) * 1000, 1)
                 self._store_batch(record)
         if first_error is not None:
             raise first_error

@@ -21,7 +21,9 @@ Subclasses implement ``begin_transaction``, ``invoke``, ``pre_commit``, ``commit
 from __future__ import annotations
 
 import logging
+import time
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional
 
 try:  # PySpark >= 4.1: tasks get Arrow record batches, no Row per record
@@ -58,6 +60,40 @@ def barrier_of(row) -> dict:
                        int(row["offset"]) if row["offset"] is not None else None,
                        tuple(row["barrier_channels"] or ()),
                        row["checkpoint_timestamp"]).to_json()
+
+
+class _Stopwatch:
+    """Wall time of a sink task by phase, in ms (:data:`~barrier_sink.messages.TASK_TIMINGS`);
+    opening a transaction happens inside writing and is counted once, as opening (executor)."""
+
+    def __init__(self) -> None:
+        self._ms: Dict[str, float] = {}
+        self._inner = 0.0  # time of nested phases inside the one being measured
+
+    @contextmanager
+    def measure(self, phase: str):
+        outer, self._inner = self._inner, 0.0
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            spent = (time.perf_counter() - t0) * 1000
+            self._ms[phase] = self._ms.get(phase, 0.0) + spent - self._inner
+            self._inner = outer + spent
+
+    def timed_iter(self, iterator: Iterator, phase: str) -> Iterator:
+        it = iter(iterator)
+        while True:
+            with self.measure(phase):
+                try:
+                    item = next(it)
+                except StopIteration:
+                    return
+            yield item
+
+    def result(self, task_ms: float) -> Dict[str, float]:
+        return {"task_ms": round(task_ms, 1),
+                **{k: round(v, 1) for k, v in self._ms.items()}}
 
 
 class TwoPhaseCommitWriter(_StreamWriterBase, ABC):
@@ -103,27 +139,32 @@ class TwoPhaseCommitWriter(_StreamWriterBase, ABC):
         """Write one task's rows: one transaction per epoch, pre-committed at the end; returns
         the handles, barriers and acks for the driver (executor). ``iterator`` yields Arrow
         record batches (PySpark >= 4.1) or Rows (PySpark 4.0)."""
+        started = time.perf_counter()
         batch_id, partition_id, attempt = current_task()
         txns: Dict[Optional[int], Any] = {}
         message = SinkCommitMessage(batch_id, partition_id)
+        clock = _Stopwatch()
 
         def txn_of(epoch):
             txn = txns.get(epoch)
             if txn is None:
-                txn = txns[epoch] = self.begin_transaction(batch_id, partition_id, attempt,
-                                                           epoch)
+                with clock.measure("open_ms"):
+                    txn = txns[epoch] = self.begin_transaction(batch_id, partition_id, attempt,
+                                                               epoch)
             return txn
 
         try:
-            for item in iterator:
-                if hasattr(item, "num_rows"):
-                    self._write_arrow(item, txn_of, message)
-                else:
-                    self._write_row(item, txn_of, message)
+            for item in clock.timed_iter(iterator, "input_wait_ms"):
+                with clock.measure("write_ms"):
+                    if hasattr(item, "num_rows"):
+                        self._write_arrow(item, txn_of, message)
+                    else:
+                        self._write_row(item, txn_of, message)
             if txns:
                 fault_point(FaultPoint.TASK_WRITE)
             for epoch in sorted(txns, key=lambda e: (e is None, e or 0)):
-                handle = self.pre_commit(txns.pop(epoch))
+                with clock.measure("pre_commit_ms"):
+                    handle = self.pre_commit(txns.pop(epoch))
                 if handle is not None:
                     message.handles.append(handle)
             if message.handles:
@@ -135,6 +176,7 @@ class TwoPhaseCommitWriter(_StreamWriterBase, ABC):
                 except Exception:  # noqa: BLE001 - keep the original failure
                     logger.warning("abort of an open transaction failed", exc_info=True)
             raise
+        message.timings = clock.result((time.perf_counter() - started) * 1000)
         logger.debug("batch %d task %d: %d records, %d transactions, %d barriers, %d acks",
                      batch_id, partition_id, message.records, len(message.handles),
                      len(message.barriers), len(message.acks))

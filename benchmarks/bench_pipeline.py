@@ -123,7 +123,62 @@ def start_exactly_once(spark, bootstrap, src, out, work, batch, per_key: bool):
             .option("checkpointLocation", os.path.join(work, "chk")).start())
 
 
-def one_run(spark, variant, bootstrap, src, records, keys, batch) -> float:
+ATTRIBUTION = ("batch", "spark", "stage 1+sched", "operator", "snapshot", "open txn",
+               "send", "flush", "EndTxn")
+
+
+def _median(values) -> float:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else float("nan")
+
+
+def attribute(progress, storage) -> dict:
+    """Median ms per phase of the run's batches (those with input):
+
+    * ``batch``: Spark's triggerExecution; ``spark``: its part outside addBatch (offsets,
+      planning, WAL and commit logs);
+    * from the sink's batch records (the slowest sink task of each batch): ``operator`` = the
+      task waiting for its input (shuffle read and the keyed operator, snapshots included);
+      ``open txn``, ``send``, ``flush`` (pre-commit); ``EndTxn`` = the driver's commit of the
+      checkpoint's transactions;
+    * ``stage 1+sched`` = addBatch minus the slowest sink task and EndTxn: the source read and
+      shuffle write stage, task scheduling, the driver's batch record and checkpoint completion;
+    * ``snapshot``: the operators' synchronous snapshot time (checkpoint statistics).
+    """
+    import glob
+    import json
+
+    by_batch = {p["batchId"]: p["durationMs"] for p in progress
+                if p.get("numInputRows", 0) > 0}
+    records = {}
+    if storage:
+        for path in glob.glob(os.path.join(storage, "sink", "batch-*.json")):
+            with open(path) as f:
+                rec = json.load(f)
+            records[rec["batch_id"]] = rec
+    rows = []
+    for b, d in by_batch.items():
+        row = {"batch": d.get("triggerExecution"),
+               "spark": d.get("triggerExecution", 0) - d.get("addBatch", 0)}
+        rec = records.get(b)
+        if rec and rec.get("timings"):
+            t, endtxn = rec["timings"], rec.get("commit_transactions_ms", 0.0)
+            row.update({"operator": t.get("input_wait_ms"), "open txn": t.get("open_ms"),
+                        "send": t.get("write_ms"), "flush": t.get("pre_commit_ms"),
+                        "EndTxn": endtxn,
+                        "stage 1+sched": d.get("addBatch", 0) - t.get("task_ms", 0) - endtxn})
+        rows.append(row)
+    out = {k: _median(r.get(k) for r in rows) for k in ATTRIBUTION}
+    stats = []
+    for path in glob.glob(os.path.join(storage or "", "chk-*", "_stats.json")):
+        with open(path) as f:
+            stats.append(json.load(f).get("sync_duration_ms"))
+    out["snapshot"] = _median(stats)
+    out["batches"] = len(rows)
+    return out
+
+
+def one_run(spark, variant, bootstrap, src, records, keys, batch):
     out = make_topic(bootstrap, 2)
     work = tempfile.mkdtemp(prefix="bench-pipe-")
     t0 = time.monotonic()
@@ -134,11 +189,14 @@ def one_run(spark, variant, bootstrap, src, records, keys, batch) -> float:
                                    per_key=variant == "eo per-key")
     try:
         done = wait_for_final_counts(bootstrap, out, final_counts(records, keys), 1800)
+        seconds = time.monotonic() - t0
+        progress = query.recentProgress
     finally:
         query.stop()
     if not done:
         raise RuntimeError(f"{variant}: the final count of some key never became visible")
-    return time.monotonic() - t0
+    storage = None if variant == "native" else os.path.join(work, "storage")
+    return seconds, attribute(progress, storage)
 
 
 def main() -> int:
@@ -159,7 +217,7 @@ def main() -> int:
                            "spark.jars.excludes": TOKEN_PROVIDER,
                            "spark.jars": token_provider_jar(),
                            "spark.ui.showConsoleProgress": "false"})
-    table = []
+    table, attribution = [], {}
     for keys in [int(k) for k in args.keys.split(",")]:
         src = make_topic(bootstrap, 4)
         produce(bootstrap, src, args.records, keys)
@@ -167,8 +225,10 @@ def main() -> int:
             times = {v: [] for v in variants}
             for _ in range(args.rounds):
                 for v in variants:
-                    seconds = one_run(spark, v, bootstrap, src, args.records, keys, batch)
+                    seconds, phases = one_run(spark, v, bootstrap, src, args.records, keys,
+                                              batch)
                     times[v].append(seconds)
+                    attribution[(keys, batch, v)] = phases  # the last round's
                     print(f"keys {keys} batch {batch} {v}: {seconds:.1f}s", flush=True)
             base = statistics.median(times["native"]) if "native" in times else None
             for v in variants:
@@ -181,6 +241,14 @@ def main() -> int:
           f"{'vs native':>10}")
     for keys, batch, v, best, med, ratio in table:
         print(f"{keys:>7} {batch:>7} {v:<15} {best:>11,.0f} {med:>13,.0f} {ratio:>9.2f}x")
+    print("\nwhere one batch's wall time goes, median ms over the last round's batches "
+          "(see attribute(); '-' = not reported by that pipeline)")
+    print(f"{'keys':>7} {'batch':>7} {'pipeline':<15} {'n':>4} "
+          + " ".join(f"{k:>{max(8, len(k))}}" for k in ATTRIBUTION))
+    for (keys, batch, v), phases in attribution.items():
+        cells = " ".join(f"{'-' if phases[k] != phases[k] else f'{phases[k]:.0f}':>{max(8, len(k))}}"
+                         for k in ATTRIBUTION)
+        print(f"{keys:>7} {batch:>7} {v:<15} {phases['batches']:>4} {cells}")
     spark.stop()
     return 0
 

@@ -205,3 +205,35 @@ def test_many_transactions_commit_concurrently_and_one_failure_blocks_no_other(e
     assert len(committer().load_batch(0)["committed"]) == 23
     committer().recover()
     assert set(txns.state.values()) == {"committed"}
+
+
+def test_sink_tasks_report_where_their_time_went_and_the_batch_record_keeps_the_slowest():
+    """Issue 15's per-batch attribution: each task's write reports input wait, transaction
+    opening, writing and pre-commit (opening counted once though it happens while writing);
+    the batch record keeps the slowest task's."""
+    import time as _time
+
+    from barrier_sink.messages import slowest_task
+    from barrier_sink.two_phase_commit import _Stopwatch
+
+    clock = _Stopwatch()
+
+    def slow_input():
+        for _ in range(2):
+            _time.sleep(0.02)
+            yield 1
+
+    for _ in clock.timed_iter(slow_input(), "input_wait_ms"):
+        with clock.measure("write_ms"):
+            _time.sleep(0.01)
+            with clock.measure("open_ms"):
+                _time.sleep(0.03)
+    t = clock.result(100.0)
+    assert t["task_ms"] == 100.0
+    assert 38 <= t["input_wait_ms"] < 80 and 55 <= t["open_ms"] < 100
+    assert 18 <= t["write_ms"] < 50  # without the nested opening
+    a = SinkCommitMessage(0, 0, timings={"task_ms": 5.0, "write_ms": 1.0})
+    b = SinkCommitMessage(0, 1, timings={"task_ms": 9.0, "write_ms": 2.0})
+    assert slowest_task([a, b, SinkCommitMessage(0, 2)]) == {"task_ms": 9.0, "write_ms": 2.0,
+                                                             "tasks": 2}
+    assert slowest_task([SinkCommitMessage(0, 0)]) == {}
