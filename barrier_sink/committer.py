@@ -161,6 +161,7 @@ class SinkCommitter(ABC):
         """Spark committed batch N (``writer.commit``): the protocol in the module docstring
         (driver commit worker)."""
         messages = list(messages)
+        self._batch_started = time.perf_counter()
         fault_point(FaultPoint.COMMIT_BEFORE_RECORD)
         handles = [h for m in messages for h in m.handles]
         previous = self.load_batch(batch_id)
@@ -284,6 +285,10 @@ class SinkCommitter(ABC):
                 if record["batch_id"] == batch_id:  # stored anyway: no extra write for this
                     record["commit_transactions_ms"] = round(
                         (time.perf_counter() - started) * 1000, 1)
+                    batch_started = getattr(self, "_batch_started", None)
+                    if batch_started is not None:  # recording and checkpoint completion
+                        record["driver_before_commit_ms"] = round(
+                            (started - batch_started) * 1000, 1)
                 self._store_batch(record)
         if first_error is not None:
             raise first_error

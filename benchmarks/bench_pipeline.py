@@ -124,7 +124,7 @@ def start_exactly_once(spark, bootstrap, src, out, work, batch, per_key: bool):
 
 
 ATTRIBUTION = ("batch", "spark", "stage 1+sched", "operator", "snapshot", "open txn",
-               "send", "flush", "EndTxn")
+               "send", "flush", "driver", "EndTxn")
 
 
 def _median(values) -> float:
@@ -139,10 +139,11 @@ def attribute(progress, storage) -> dict:
       planning, WAL and commit logs);
     * from the sink's batch records (the slowest sink task of each batch): ``operator`` = the
       task waiting for its input (shuffle read and the keyed operator, snapshots included);
-      ``open txn``, ``send``, ``flush`` (pre-commit); ``EndTxn`` = the driver's commit of the
-      checkpoint's transactions;
-    * ``stage 1+sched`` = addBatch minus the slowest sink task and EndTxn: the source read and
-      shuffle write stage, task scheduling, the driver's batch record and checkpoint completion;
+      ``open txn``, ``send``, ``flush`` (pre-commit); ``driver`` = the driver's batch record and
+      checkpoint completion; ``EndTxn`` = its commit of the checkpoint's transactions;
+    * ``stage 1+sched`` = addBatch minus the slowest sink task, driver and EndTxn: the source
+      read and shuffle write stage, task scheduling, and the driver's work after the commit
+      (offsets for the group, pruning, the sweep of unrecorded transactions);
     * ``snapshot``: the operators' synchronous snapshot time (checkpoint statistics).
     """
     import glob
@@ -163,10 +164,12 @@ def attribute(progress, storage) -> dict:
         rec = records.get(b)
         if rec and rec.get("timings"):
             t, endtxn = rec["timings"], rec.get("commit_transactions_ms", 0.0)
+            driver = rec.get("driver_before_commit_ms", 0.0)
             row.update({"operator": t.get("input_wait_ms"), "open txn": t.get("open_ms"),
                         "send": t.get("write_ms"), "flush": t.get("pre_commit_ms"),
-                        "EndTxn": endtxn,
-                        "stage 1+sched": d.get("addBatch", 0) - t.get("task_ms", 0) - endtxn})
+                        "driver": driver, "EndTxn": endtxn,
+                        "stage 1+sched": (d.get("addBatch", 0) - t.get("task_ms", 0) - endtxn
+                                          - driver)})
         rows.append(row)
     out = {k: _median(r.get(k) for r in rows) for k in ATTRIBUTION}
     stats = []

@@ -43,6 +43,17 @@ def test_source_rows_reach_kafka_exactly_once(spark, script_source, tmp_path, bo
     done = read_completed_offsets(backend)
     assert done.checkpoint_id == 4
     assert done.offsets == {"in": {0: 60, 1: 60}}
+    # Issue 15's attribution: batch records carry the slowest task's phases and the driver's.
+    from barrier_sink.committer import batch_path
+
+    timed = [json.loads(backend.get(batch_path(b))) for b in range(4)
+             if backend.exists(batch_path(b))]
+    with_records = [r for r in timed if r["records"]]
+    assert with_records and all(r["timings"]["tasks"] >= 1 for r in with_records)
+    for r in with_records:
+        t = r["timings"]
+        assert t["task_ms"] >= t["open_ms"] + t["write_ms"] + t["pre_commit_ms"] > 0, t
+    assert any("commit_transactions_ms" in r and "driver_before_commit_ms" in r for r in timed)
 
 
 def test_records_of_an_incomplete_checkpoint_stay_invisible(spark, script_source, tmp_path,
