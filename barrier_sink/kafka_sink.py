@@ -174,6 +174,12 @@ class KafkaTwoPhaseCommitWriter(TwoPhaseCommitWriter):
                                    batch_id, partition_id, checkpoint_id,
                                    two_phase=self.opts.two_phase_commit).open()
 
+    def task_counters(self) -> Dict[str, int]:
+        """Producers this worker created / reused (executor): reported per task."""
+        from barrier_sink import producer_reuse
+
+        return {f"{k}_producers": v for k, v in producer_reuse.counts().items()}
+
     def next_transactional_id(self, batch_id: int, partition_id: int, attempt: int,
                               checkpoint_id: Optional[int]) -> str:
         """The transactional.id of the task attempt's next transaction in this batch: the

@@ -31,7 +31,8 @@ class SinkCommitMessage(WriterCommitMessage):
 #: Keys of ``SinkCommitMessage.timings``: the task's whole ``write`` call; the time spent waiting
 #: for its next input batch (Spark's upstream work in the same task: shuffle read and keyed
 #: operators); opening transactions (producer and ``InitProducerId``, or staging files);
-#: handing records to them; pre-committing (flush).
+#: handing records to them; pre-committing (flush). The Kafka sink adds two counts,
+#: ``created_producers`` and ``reused_producers`` (:mod:`barrier_sink.producer_reuse`).
 TASK_TIMINGS = ("task_ms", "input_wait_ms", "open_ms", "write_ms", "pre_commit_ms")
 
 

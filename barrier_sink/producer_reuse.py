@@ -36,6 +36,7 @@ MAX_IDLE = 2
 _PER_TRANSACTION = ("transactional_id", "transaction_timeout_ms")
 _lock = threading.Lock()
 _idle: Dict[Tuple, List[object]] = {}
+_counts = {"created": 0, "reused": 0}
 
 
 def _key(conf: Mapping[str, object]) -> Tuple:
@@ -77,9 +78,12 @@ def acquire(conf: Mapping[str, object], role: str = "sink (executor)"):
             parked = _idle.get(key)
             producer = parked.pop() if parked else None
         if producer is None:
-            return kafka_client(KafkaProducer, dict(conf), role)
+            created = kafka_client(KafkaProducer, dict(conf), role)
+            _counts["created"] += 1
+            return created
         if _usable(producer):
             _retarget(producer, conf)
+            _counts["reused"] += 1
             logger.debug("reusing a parked producer for %s", conf["transactional_id"])
             return producer
         discard(producer)
@@ -104,6 +108,12 @@ def discard(producer) -> None:
         producer.close(timeout=5)
     except Exception:  # noqa: BLE001 - closing must never mask the real outcome
         logger.debug("producer close failed", exc_info=True)
+
+
+def counts() -> Dict[str, int]:
+    """Producers this process created and reused so far (the sink's task timings report the
+    difference per task)."""
+    return dict(_counts)
 
 
 def parked_count() -> int:

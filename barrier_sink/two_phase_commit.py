@@ -121,6 +121,10 @@ class TwoPhaseCommitWriter(_StreamWriterBase, ABC):
         for row in batch.to_pylist():
             self.invoke(txn, row)
 
+    def task_counters(self) -> Dict[str, int]:
+        """Process-wide counters whose growth during a task its timings report (executor)."""
+        return {}
+
     @abstractmethod
     def pre_commit(self, txn: Any) -> Optional[dict]:
         """Make ``txn`` durable but invisible; return its JSON handle (None: nothing written).
@@ -144,6 +148,7 @@ class TwoPhaseCommitWriter(_StreamWriterBase, ABC):
         txns: Dict[Optional[int], Any] = {}
         message = SinkCommitMessage(batch_id, partition_id)
         clock = _Stopwatch()
+        counted = self.task_counters()
 
         def txn_of(epoch):
             txn = txns.get(epoch)
@@ -177,6 +182,7 @@ class TwoPhaseCommitWriter(_StreamWriterBase, ABC):
                     logger.warning("abort of an open transaction failed", exc_info=True)
             raise
         message.timings = clock.result((time.perf_counter() - started) * 1000)
+        message.timings.update({k: v - counted[k] for k, v in self.task_counters().items()})
         logger.debug("batch %d task %d: %d records, %d transactions, %d barriers, %d acks",
                      batch_id, partition_id, message.records, len(message.handles),
                      len(message.barriers), len(message.acks))

@@ -124,7 +124,7 @@ def start_exactly_once(spark, bootstrap, src, out, work, batch, per_key: bool):
 
 
 ATTRIBUTION = ("batch", "spark", "stage 1+sched", "operator", "snapshot", "open txn",
-               "send", "flush", "driver", "EndTxn")
+               "send", "flush", "driver", "EndTxn", "new producers")
 
 
 def _median(values) -> float:
@@ -144,6 +144,8 @@ def attribute(progress, storage) -> dict:
     * ``stage 1+sched`` = addBatch minus the slowest sink task, driver and EndTxn: the source
       read and shuffle write stage, task scheduling, and the driver's work after the commit
       (offsets for the group, pruning, the sweep of unrecorded transactions);
+    * ``new producers``: producers the slowest task created (0: its worker's parked producer
+      took the transaction over);
     * ``snapshot``: the operators' synchronous snapshot time (checkpoint statistics).
     """
     import glob
@@ -168,6 +170,7 @@ def attribute(progress, storage) -> dict:
             row.update({"operator": t.get("input_wait_ms"), "open txn": t.get("open_ms"),
                         "send": t.get("write_ms"), "flush": t.get("pre_commit_ms"),
                         "driver": driver, "EndTxn": endtxn,
+                        "new producers": t.get("created_producers"),
                         "stage 1+sched": (d.get("addBatch", 0) - t.get("task_ms", 0) - endtxn
                                           - driver)})
         rows.append(row)
