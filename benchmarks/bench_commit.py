@@ -61,13 +61,9 @@ def main() -> int:
     parser.add_argument("--sizes", default="2,16,64")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    broker = None
-    bootstrap = os.environ.get("BARRIER_KAFKA_BOOTSTRAP")
-    if not bootstrap:
-        from kafka_harness.broker import KafkaBroker
+    from kafka_harness.broker import env_or_own_broker
 
-        broker = KafkaBroker().start()
-        bootstrap = broker.bootstrap
+    bootstrap, broker = env_or_own_broker()
     try:
         from kafka.admin import KafkaAdminClient
 

@@ -18,7 +18,6 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 
@@ -54,14 +53,10 @@ def main() -> int:
 
     from kafka.admin import KafkaAdminClient
 
-    from kafka_harness.broker import KafkaBroker
+    from kafka_harness.broker import env_or_own_broker
     from kafka_harness.topics import create_topic
 
-    broker = None
-    bootstrap = os.environ.get("BARRIER_KAFKA_BOOTSTRAP")
-    if not bootstrap:
-        broker = KafkaBroker(data_dir=tempfile.mkdtemp(prefix="bench-reuse-")).start()
-        bootstrap = broker.bootstrap
+    bootstrap, broker = env_or_own_broker()
     try:
         admin = KafkaAdminClient(bootstrap_servers=bootstrap)
         topic = create_topic(admin, "bench_reuse_" + uuid.uuid4().hex[:6], 2)

@@ -166,17 +166,13 @@ def main() -> int:
     from barrier_core.completed_offsets import read_completed_offsets
     from barrier_ops.examples.running_count import OUTPUT_SCHEMA, RunningCount
     from barrier_ops.operator import keyed_process
-    from kafka_harness.broker import KafkaBroker
+    from kafka_harness.broker import env_or_own_broker
     from kafka_harness.s3 import S3Server
     from kafka_harness.spark import build_spark
     from kafka_harness.topics import create_topic
     from state_backends.registry import backend_from_uri
 
-    broker = None
-    bootstrap = os.environ.get("BARRIER_KAFKA_BOOTSTRAP")
-    if not bootstrap:
-        broker = KafkaBroker(data_dir=tempfile.mkdtemp(prefix="soak-broker-")).start()
-        bootstrap = broker.bootstrap
+    bootstrap, broker = env_or_own_broker("soak-broker-")
     run, workdir = uuid.uuid4().hex[:8], tempfile.mkdtemp(prefix="soak-")
     if args.storage == "s3":
         s3_server = S3Server().start()

@@ -17,7 +17,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Tuple
 
 from kafka_harness.jars import KAFKA_VERSION, fetch_broker_jars, require_java
 
@@ -365,3 +365,13 @@ def _kafka_uuid() -> str:
         text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if not text.startswith("-"):
             return text
+
+
+def env_or_own_broker(data_prefix: str = "bench-broker-") -> Tuple[str, Optional["KafkaBroker"]]:
+    """``($BARRIER_KAFKA_BOOTSTRAP, None)`` when that variable names a running broker, else the
+    bootstrap of a broker started here and the broker, for the caller to stop (benchmarks)."""
+    bootstrap = os.environ.get("BARRIER_KAFKA_BOOTSTRAP")
+    if bootstrap:
+        return bootstrap, None
+    broker = KafkaBroker(data_dir=tempfile.mkdtemp(prefix=data_prefix)).start()
+    return broker.bootstrap, broker
