@@ -62,7 +62,10 @@ def test_starting_latest_reads_only_new_records(spark, bootstrap, topic_factory,
 
 
 def test_starting_by_timestamp(spark, bootstrap, topic_factory, tmp_path):
-    topic = topic_factory(2)
+    # Records stamped 2020 and 2023 are past the broker's 7-day time retention: its retention
+    # check (every 5 minutes) deleted them mid-test once in CI ("offsets 4..6 are no longer
+    # available (earliest is 7)"). This topic keeps them.
+    topic = topic_factory(2, configs={"retention.ms": "-1"})
     old, new = 1_600_000_000_000, 1_700_000_000_000
     produce(bootstrap, topic, {0: 4, 1: 4}, timestamp_ms=old)
     produce(bootstrap, topic, {0: 2, 1: 3}, start_index=4, timestamp_ms=new)

@@ -70,13 +70,14 @@ def kafka_admin(bootstrap):
 
 @pytest.fixture
 def topic_factory(kafka_admin, request):
-    """``topic_factory(partitions=1) -> name``: unique topics, deleted after the test."""
+    """``topic_factory(partitions=1, prefix="", configs=None) -> name``: unique topics (with
+    topic ``configs``), deleted after the test."""
     made = []
 
-    def make(partitions: int = 1, prefix: str = "") -> str:
+    def make(partitions: int = 1, prefix: str = "", configs: dict = None) -> str:
         base = (prefix or request.node.name)[:60]
         name = "t_" + "".join(c if c.isalnum() else "_" for c in base) + "_" + uuid.uuid4().hex[:8]
-        create_topic(kafka_admin, name, partitions)
+        create_topic(kafka_admin, name, partitions, configs)
         made.append(name)
         return name
 
