@@ -124,7 +124,7 @@ class DurablePendingStore:
                          json.dumps(pending.to_json(), sort_keys=True).encode())
 
     def delete_pending(self, checkpoint_id: int) -> None:
-        self.backend.delete_prefix(pending_path(checkpoint_id))
+        self.backend.delete([pending_path(checkpoint_id)])
 
 
 def checkpoint_progress(backend: StateBackend) -> "tuple[int, frozenset]":

@@ -48,13 +48,12 @@ class CheckpointSettings:
 def record_settings(backend, settings: CheckpointSettings) -> None:
     """Write ``settings`` to the storage unless it already holds exactly them (driver)."""
     body = json.dumps(settings.to_json(), sort_keys=True).encode()
-    if backend.exists(SETTINGS_FILE) and backend.get(SETTINGS_FILE) == body:
+    if backend.get_if_exists(SETTINGS_FILE) == body:
         return
     backend.put(SETTINGS_FILE, body)
 
 
 def read_settings(backend) -> Optional[CheckpointSettings]:
     """The settings the source recorded, or None (no barrier-kafka source uses this storage)."""
-    if not backend.exists(SETTINGS_FILE):
-        return None
-    return CheckpointSettings.from_json(json.loads(backend.get(SETTINGS_FILE)))
+    data = backend.get_if_exists(SETTINGS_FILE)
+    return None if data is None else CheckpointSettings.from_json(json.loads(data))

@@ -69,6 +69,5 @@ def write_completed_offsets(backend, completed: CompletedOffsets) -> None:
 
 def read_completed_offsets(backend) -> Optional[CompletedOffsets]:
     """The newest committed checkpoint's offsets, or None if none was committed yet."""
-    if not backend.exists(COMPLETED_OFFSETS_FILE):
-        return None
-    return CompletedOffsets.from_json(backend.get(COMPLETED_OFFSETS_FILE))
+    data = backend.get_if_exists(COMPLETED_OFFSETS_FILE)
+    return None if data is None else CompletedOffsets.from_json(data)

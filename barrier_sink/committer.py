@@ -49,7 +49,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from abc import ABC, abstractmethod
-from typing import Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional
 
 from barrier_sink.messages import SinkCommitMessage, slowest_task
 from barrier_core.faults import FaultPoint, fault_point
@@ -59,8 +59,11 @@ logger = logging.getLogger(__name__)
 
 BATCH_PREFIX = "sink/batch-"
 
-#: (storage location, batch id) of batch records seen with every handle committed (per process).
-_FULLY_COMMITTED: set = set()
+#: Batch records seen with every handle committed, other than the newest recorded batch (per
+#: process): (storage location, batch id) -> the newest checkpoint that committed any of their
+#: handles (0: none). Such a record never changes again (Spark re-records only the newest batch),
+#: so it is not read again until a commit of that checkpoint, and pruning forgets it.
+_SETTLED: Dict[tuple, int] = {}
 
 
 def batch_path(batch_id: int) -> str:
@@ -91,11 +94,22 @@ class SinkCommitter(ABC):
     def _pending_names(self, batch_id: int, cache: dict) -> set:
         """Transaction names of batch ``batch_id``'s recorded, uncommitted handles."""
         if batch_id not in cache:
-            record = self.load_batch(batch_id) or {}
-            done = record.get("committed", {})
-            cache[batch_id] = {self.transaction_name(h) for h in record.get("handles", [])
-                               if self.handle_id(h) not in done}
+            cache[batch_id] = self._open_names(self.load_batch(batch_id) or {})
         return cache[batch_id]
+
+    def _open_names(self, record: dict) -> set:
+        done = record.get("committed", {})
+        return {self.transaction_name(h) for h in record.get("handles", [])
+                if self.handle_id(h) not in done}
+
+    def _settle(self, record: dict, newest_batch: int) -> None:
+        """Remember ``record`` as settled if every handle is committed and it is not the newest
+        recorded batch (the only one a replay can record again)."""
+        if record["batch_id"] == newest_batch or self._open_names(record):
+            return
+        committed = [n for n in record.get("committed", {}).values() if isinstance(n, int)]
+        _SETTLED[(self.backend.location(BATCH_PREFIX), record["batch_id"])] = max(
+            committed, default=0)
 
     def recorded_open_names(self, batches: Optional[List[int]] = None) -> set:
         """Transaction names of every recorded handle not yet committed or aborted, in all
@@ -106,17 +120,16 @@ class SinkCommitter(ABC):
         are remembered per process and not read again (one listing and a read of the few
         unfinished records per call, instead of every kept record). ``batches``: the listing,
         when the caller already has it."""
-        cache: dict = {}
         out: set = set()
         where = self.backend.location(BATCH_PREFIX)
         batches = self.recorded_batches() if batches is None else batches
         for b in batches:
-            if (where, b) in _FULLY_COMMITTED:
+            if (where, b) in _SETTLED:
                 continue
-            names = self._pending_names(b, cache)
-            out |= names
-            if not names and b != batches[-1]:
-                _FULLY_COMMITTED.add((where, b))
+            record = self.load_batch(b)
+            if record is not None:
+                out |= self._open_names(record)
+                self._settle(record, batches[-1])
         return out
 
     @staticmethod
@@ -138,10 +151,8 @@ class SinkCommitter(ABC):
     # ------------------------------------------------------------------ durable records
     def load_batch(self, batch_id: int) -> Optional[dict]:
         """Batch N's durable record, or None (driver commit worker)."""
-        path = batch_path(batch_id)
-        if not self.backend.exists(path):
-            return None
-        return json.loads(self.backend.get(path))
+        data = self.backend.get_if_exists(batch_path(batch_id))
+        return None if data is None else json.loads(data)
 
     def _store_batch(self, record: dict) -> None:
         self.backend.put(batch_path(record["batch_id"]),
@@ -260,10 +271,16 @@ class SinkCommitter(ABC):
         fault_point(FaultPoint.COMMIT_AFTER_METADATA)
         committed_by_n: List[dict] = []
         records, work = [], []
-        for b in self.recorded_batches():
+        where = self.backend.location(BATCH_PREFIX)
+        batches = self.recorded_batches()
+        for b in batches:
             if b > batch_id:
                 break
+            if _SETTLED.get((where, b), n) < n:
+                continue  # all committed, none by n: nothing to commit or report
             record = self.load_batch(b)
+            if record is None:
+                continue
             done = record.setdefault("committed", {})
             committed_by_n += [h for h in record["handles"] if done.get(self.handle_id(h)) == n]
             records.append(record)
@@ -290,6 +307,8 @@ class SinkCommitter(ABC):
                         record["driver_before_commit_ms"] = round(
                             (started - batch_started) * 1000, 1)
                 self._store_batch(record)
+        for record in records:
+            self._settle(record, batches[-1])
         if first_error is not None:
             raise first_error
         fault_point(FaultPoint.AFTER_TRANSACTIONS)
@@ -299,7 +318,7 @@ class SinkCommitter(ABC):
             n, completed.timestamp_ms, completed.offsets))
         if coordinator is not None:
             coordinator.mark_committed(n)
-        self.prune(batch_id)
+        self.prune(batch_id, batches)
         logger.info("checkpoint %d committed (batch %d)", n, batch_id)
 
     def _commit_handles(self, handles: List[dict], some_committed: bool) -> List:
@@ -337,14 +356,20 @@ class SinkCommitter(ABC):
         earlier notification already committed). Default: nothing.
         Runs in the driver commit worker."""
 
-    def prune(self, upto_batch: int, keep: int = 20) -> None:
+    def prune(self, upto_batch: int, recorded: Optional[List[int]] = None,
+              keep: int = 20) -> None:
         """Delete records of fully committed batches, keeping the newest ``keep``.
-        Runs in the driver commit worker."""
-        batches = [b for b in self.recorded_batches() if b <= upto_batch]
+        ``recorded``: the listing, when the caller has it. Runs in the driver commit worker."""
+        where = self.backend.location(BATCH_PREFIX)
+        batches = [b for b in (self.recorded_batches() if recorded is None else recorded)
+                   if b <= upto_batch]
         for b in batches[:-keep]:
-            record = self.load_batch(b)
-            if {self.handle_id(h) for h in record["handles"]} <= set(record.get("committed", [])):
-                self.backend.delete_prefix(batch_path(b))
+            if (where, b) not in _SETTLED:
+                record = self.load_batch(b)
+                if record is None or self._open_names(record):
+                    continue
+            self.backend.delete([batch_path(b)])
+            _SETTLED.pop((where, b), None)
 
     def recover(self) -> None:
         """At query start: finish what a crash interrupted (driver, before the first task).

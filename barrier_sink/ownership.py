@@ -28,8 +28,9 @@ def claim_storage(backend, checkpoint_location: str) -> None:
     """Record that the query at ``checkpoint_location`` owns ``backend``, or refuse if another
     query does. Idempotent for the owner (every restart of the same query passes)."""
     mine = normalize_location(checkpoint_location)
-    if backend.exists(OWNER_FILE):
-        owner = json.loads(backend.get(OWNER_FILE)).get("checkpointLocation")
+    recorded = backend.get_if_exists(OWNER_FILE)
+    if recorded is not None:
+        owner = json.loads(recorded).get("checkpointLocation")
         if owner != mine:
             raise StorageOwnedByAnotherQueryError(
                 f"checkpoint.storage {backend.describe()} belongs to the query whose "

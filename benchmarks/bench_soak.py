@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -44,6 +45,7 @@ class CountingProxy:
 
     def __init__(self, upstream_port: int) -> None:
         self.counts: Counter = Counter()
+        self.shapes: Counter = Counter()
         self._lock = threading.Lock()
         proxy = self
 
@@ -58,8 +60,10 @@ class CountingProxy:
                 body = self.rfile.read(length) if length else None
                 kind = "list" if self.command == "GET" and (
                     "list-type=" in self.path or "prefix=" in self.path) else self.command.lower()
+                shape = proxy.shape(self.command, self.path)
                 with proxy._lock:
                     proxy.counts[kind] += 1
+                    proxy.shapes[shape] += 1
                 conn = http.client.HTTPConnection("127.0.0.1", upstream_port, timeout=60)
                 conn.request(self.command, self.path, body=body, headers=dict(self.headers))
                 resp = conn.getresponse()
@@ -79,6 +83,19 @@ class CountingProxy:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @staticmethod
+    def shape(command: str, path: str) -> str:
+        """A request with its run id and numbers blanked: ``GET chk-N/_stats.json``."""
+        from urllib.parse import parse_qs, unquote, urlsplit
+
+        parts = urlsplit(path)
+        key = unquote(parts.path).split("/", 3)[-1]
+        prefix = parse_qs(parts.query).get("prefix", [None])[0]
+        if prefix is not None:
+            key = "LIST " + prefix.split("/", 1)[-1]
+            command = ""
+        return re.sub(r"\d+", "N", f"{command} {key}".strip())
 
     def snapshot(self) -> Counter:
         with self._lock:
@@ -276,6 +293,10 @@ def main() -> int:
         if broker is not None:
             broker.stop()
     print(f"{args.batches} batches in {time.monotonic() - started:.0f} s", flush=True)
+    if proxy is not None and last_done:
+        print(f"S3 requests per completed checkpoint, by kind ({last_done} checkpoints):")
+        for shape, n in proxy.shapes.most_common():
+            print(f"{n / last_done:>8.1f}  {shape}")
     return 0
 
 

@@ -149,6 +149,23 @@ class StateBackend(ABC):
     def describe(self) -> str:
         """Human-readable location without secrets, e.g. ``s3://bucket/prefix``."""
 
+    # ------------------------------------------------------------------ derived primitives
+    def get_if_exists(self, path: str) -> Optional[bytes]:
+        """The bytes at ``path``, or None if nothing is stored there: one read, where
+        ``exists`` then ``get`` costs two requests on an object store."""
+        from state_backends.exceptions import SnapshotNotFoundError
+
+        try:
+            return self.get(path)
+        except SnapshotNotFoundError:
+            return None
+
+    def delete(self, paths: List[str]) -> None:
+        """Delete exactly the objects ``paths`` (as ``delete_prefix`` of each; idempotent).
+        Object stores override it with one batched request per 1,000 paths, no listing."""
+        for p in paths:
+            self.delete_prefix(p)
+
     def location(self, path: str) -> str:
         """Full human-readable location of ``path`` (for error messages; no secrets)."""
         return f"{self.describe().rstrip('/')}/{path}"

@@ -218,12 +218,10 @@ class CompletedCheckpointStore:
         leaves a 'complete' checkpoint with missing chunks), then its blobs. ``_stats.json`` is
         kept unless ``keep_stats`` is false. Idempotent."""
         base = checkpoint_dir(checkpoint_id)
-        self.backend.delete_prefix(metadata_path(checkpoint_id))
+        self.backend.delete([metadata_path(checkpoint_id)])
         self._note(checkpoint_id, complete=False)
-        for p in self.backend.list(base):
-            if keep_stats and p == f"{base}/{STATS_FILE}":
-                continue
-            self.backend.delete_prefix(p)
+        self.backend.delete([p for p in self.backend.list(base)
+                             if not (keep_stats and p == f"{base}/{STATS_FILE}")])
         logger.debug("checkpoint %d: discarded from %s", checkpoint_id, self.backend.describe())
 
     def discard_debris(self, in_progress: Iterable[int] = (), below: Optional[int] = None,
@@ -244,8 +242,7 @@ class CompletedCheckpointStore:
                 continue
             paths = [p for p in self.backend.list(checkpoint_dir(n))
                      if not p.endswith("/" + STATS_FILE)]
-            for p in paths:
-                self.backend.delete_prefix(p)
+            self.backend.delete(paths)
             if paths:
                 cleaned.append(n)
                 logger.warning("checkpoint %d: discarded debris of an incomplete checkpoint "

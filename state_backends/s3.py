@@ -155,30 +155,43 @@ class S3StateBackend(StateBackend):
             raise self._error("check", key, exc) from None
 
     def _list_keys(self, prefix: str) -> List[str]:
+        """Keys at or under ``prefix`` (path components) in ONE listing: S3 returns keys in
+        UTF-8 binary order, so with ``Prefix=base`` the object ``base`` and the block
+        ``base/...`` come together, and the listing stops at the first key sorting after that
+        block (a sibling such as ``chk-10`` of ``chk-1``)."""
         rel = normalize_path(prefix, allow_root=True)
         base = self._key(rel)
+        if not rel:
+            query = base + "/" if base else ""
+        else:
+            query = base
         keys: List[str] = []
-        # The object itself (path-component semantics) plus everything under base/.
-        queries = [base + "/"] if base else [""]
-        for query in queries:
-            paginator = self.client.get_paginator("list_objects_v2")
-            pages = paginator.paginate(Bucket=self.bucket, Prefix=query,
-                                       PaginationConfig={"PageSize": _LIST_PAGE})
-            _boto, botocore = _boto3()
-            try:
-                for page in pages:
-                    keys.extend(o["Key"] for o in page.get("Contents", []))
-            except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
-                raise self._error("list", query, exc) from None
-        if rel and self.exists(rel):
-            keys.append(base)
+        paginator = self.client.get_paginator("list_objects_v2")
+        pages = paginator.paginate(Bucket=self.bucket, Prefix=query,
+                                   PaginationConfig={"PageSize": _LIST_PAGE})
+        _boto, botocore = _boto3()
+        try:
+            for page in pages:
+                for o in page.get("Contents", []):
+                    key = o["Key"]
+                    if not rel or key == base or key.startswith(base + "/"):
+                        keys.append(key)
+                    elif key[len(base)] > "/":
+                        return keys  # past base/...: only siblings follow
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+            raise self._error("list", query, exc) from None
         return keys
 
     def list(self, prefix: str = "") -> List[str]:
         return sorted(self._rel(k) for k in self._list_keys(prefix))
 
     def delete_prefix(self, prefix: str) -> None:
-        keys = self._list_keys(prefix)
+        self._delete_keys(self._list_keys(prefix))
+
+    def delete(self, paths: List[str]) -> None:
+        self._delete_keys([self._key(normalize_path(p)) for p in paths])
+
+    def _delete_keys(self, keys: List[str]) -> None:
         for i in range(0, len(keys), _DELETE_BATCH):
             chunk = keys[i:i + _DELETE_BATCH]
             resp = self._call("delete", chunk[0], self.client.delete_objects, Bucket=self.bucket,

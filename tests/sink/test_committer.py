@@ -237,3 +237,37 @@ def test_sink_tasks_report_where_their_time_went_and_the_batch_record_keeps_the_
     assert slowest_task([a, b, SinkCommitMessage(0, 2)]) == {"task_ms": 9.0, "write_ms": 2.0,
                                                              "tasks": 2}
     assert slowest_task([SinkCommitMessage(0, 0)]) == {}
+
+
+def test_a_commit_reads_a_bounded_number_of_batch_records_however_long_the_job_ran():
+    """Issue 13 (S3 requests per checkpoint): a checkpoint's commit read every kept batch
+    record (up to 20 reads of finished records per commit, each an S3 GET and a HEAD before
+    it). Finished records never change, so a commit reads only the newest ones, and the
+    per-process memory of finished records is forgotten as they are pruned."""
+    from barrier_sink import committer as committer_module
+
+    class CountingBackend(MemoryStateBackend):
+        reads = 0
+
+        def get(self, path):
+            if path.startswith("sink/batch-"):
+                CountingBackend.reads += 1
+            return super().get(path)
+
+    name = "committer-" + uuid.uuid4().hex
+    backend, clock, txns = CountingBackend(name), ManualClock(), FakeTransactions()
+    config = CoordinatorConfig(checkpoint_timeout_ms=60_000, num_retained=2)
+    reads = []
+    try:
+        for b in range(60):
+            before = CountingBackend.reads
+            FakeCommitter(backend, lambda: CheckpointCoordinator(backend, config, clock),
+                          txns).on_batch_committed(b, batch_sealing(txns, clock, b, b + 1))
+            reads.append(CountingBackend.reads - before)
+        assert set(txns.state.values()) == {"committed"}
+        assert max(reads[25:]) <= 3, reads
+        settled = [k for k in committer_module._SETTLED
+                   if k[0] == backend.location(committer_module.BATCH_PREFIX)]
+        assert len(settled) <= 20 and len(backend.list("sink/")) == 20
+    finally:
+        clear_memory_backend(name)

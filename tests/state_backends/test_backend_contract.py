@@ -61,6 +61,28 @@ class TestBackendContract:
         backend.delete_prefix("chk-10/op-a/kg-0")  # a single object
         assert backend.list("") == ["chk-1x"]
 
+    def test_list_is_exact_around_siblings_that_sort_before_and_after_the_folder(self, backend):
+        # '-' and '.' sort before '/', digits after: an S3 listing by Prefix=chk-1 returns
+        # chk-1-old and chk-1.tmp before chk-1/..., and chk-10 after it
+        for p in ("chk-1-old/x", "chk-1.tmp", "chk-1/a", "chk-1/b/c", "chk-10/a", "chk-2",
+                  "chk-2-old"):
+            backend.put(p, p.encode())
+        assert backend.list("chk-1") == ["chk-1/a", "chk-1/b/c"]
+        assert backend.list("chk-1/b") == ["chk-1/b/c"]
+        assert backend.list("chk-2") == ["chk-2"]
+        backend.delete_prefix("chk-1")
+        assert backend.list("") == ["chk-1-old/x", "chk-1.tmp", "chk-10/a", "chk-2", "chk-2-old"]
+
+    def test_get_if_exists_and_delete_are_exact(self, backend):
+        assert backend.get_if_exists("sink/batch-1.json") is None
+        for p in ("sink/batch-1.json", "sink/batch-10.json", "chk-3/_metadata",
+                  "chk-3/op-a/kg-0"):
+            backend.put(p, p.encode())
+        assert backend.get_if_exists("sink/batch-1.json") == b"sink/batch-1.json"
+        backend.delete(["sink/batch-1.json", "chk-3/_metadata", "never/written"])
+        assert backend.list("") == ["chk-3/op-a/kg-0", "sink/batch-10.json"]
+        backend.delete([])
+
     def test_snapshot_roundtrip(self, backend):
         data = os.urandom(10_000)
         handle = backend.write_snapshot(3, "agg", 7, data)
