@@ -91,19 +91,24 @@ def wait_for_final_counts(bootstrap: str, topic: str, expected: dict, timeout_s:
         consumer.close()
 
 
-def start_native(spark, bootstrap, src, out, work, batch):
+def _with_trigger(writer, trigger_s):
+    return writer if trigger_s is None else writer.trigger(processingTime=f"{trigger_s} seconds")
+
+
+def start_native(spark, bootstrap, src, out, work, batch, trigger_s=None):
     counts = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
               .option("subscribe", src).option("startingOffsets", "earliest")
               .option("maxOffsetsPerTrigger", str(batch)).load()
               .groupBy("key").count())
     rows = counts.selectExpr("key", "concat(cast(key as string), ':', cast(count as string)) "
                                     "as value")
-    return (rows.writeStream.format("kafka").outputMode("update")
-            .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
-            .option("checkpointLocation", os.path.join(work, "chk")).start())
+    return _with_trigger(rows.writeStream.format("kafka").outputMode("update")
+                         .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
+                         .option("checkpointLocation", os.path.join(work, "chk")),
+                         trigger_s).start()
 
 
-def start_exactly_once(spark, bootstrap, src, out, work, batch, per_key: bool):
+def start_exactly_once(spark, bootstrap, src, out, work, batch, per_key: bool, trigger_s=None):
     from barrier_ops.examples.running_count import OUTPUT_SCHEMA, RunningCount
     from barrier_ops.operator import keyed_process
 
@@ -116,11 +121,12 @@ def start_exactly_once(spark, bootstrap, src, out, work, batch, per_key: bool):
     fn = LatestCount() if per_key else RunningCount()
     counted = keyed_process(df, "key", fn, OUTPUT_SCHEMA, operator_id="count",
                             state_backend=storage, max_parallelism=16)
-    return (counted.writeStream.format("barrier-kafka")
-            .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
-            .option("checkpoint.storage", storage)
-            .option("transactionalIdPrefix", "bench-" + uuid.uuid4().hex[:8])
-            .option("checkpointLocation", os.path.join(work, "chk")).start())
+    return _with_trigger(counted.writeStream.format("barrier-kafka")
+                         .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
+                         .option("checkpoint.storage", storage)
+                         .option("transactionalIdPrefix", "bench-" + uuid.uuid4().hex[:8])
+                         .option("checkpointLocation", os.path.join(work, "chk")),
+                         trigger_s).start()
 
 
 ATTRIBUTION = ("batch", "spark", "stage 1+sched", "operator", "snapshot", "open txn",
