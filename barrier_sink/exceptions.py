@@ -16,6 +16,12 @@ class TransactionCommitError(SinkError):
     """
 
 
+class RecordsNotWrittenError(SinkError):
+    """Kafka did not accept some records of a transaction (too large, not authorised, not
+    acknowledged in time). The transaction is aborted before its pre-commit, so the task fails
+    and nothing of it is ever committed; the message names the records' problem and its fix."""
+
+
 class CheckpointStorageMismatchError(InvalidOptionError):
     """The barrier-kafka source upstream does not use the sink's ``checkpoint.storage``."""
 
@@ -29,6 +35,6 @@ class TwoPhaseCommitUnavailableError(InvalidOptionError):
     transactions; the message names the missing broker setting (:mod:`barrier_sink.kip939`)."""
 
 
-__all__ = ["SinkError", "CheckpointStorageMismatchError", "TransactionCommitError",
+__all__ = ["SinkError", "CheckpointStorageMismatchError", "RecordsNotWrittenError", "TransactionCommitError",
            "TransactionTimeoutTooShortError", "TwoPhaseCommitUnavailableError",
            "InvalidOptionError"]

@@ -26,6 +26,7 @@ from typing import Dict, Iterable, List, Optional
 from barrier_core.exceptions import BrokerUnreachableError
 from barrier_core.kafka_clients import kafka_client
 from barrier_sink import kip939, producer_reuse
+from barrier_sink.exceptions import RecordsNotWrittenError
 from barrier_sink.producer_reuse import discard as _close_quietly
 
 logger = logging.getLogger(__name__)
@@ -152,7 +153,7 @@ class TransactionalWriter:
         self.checkpoint_id = checkpoint_id
         self._producer = None
         self._records = 0
-        self._partitions = set()
+        self._failures: List[BaseException] = []  # appended by the producer's I/O thread
 
     def open(self) -> "TransactionalWriter":
         self._producer = producer_reuse.acquire(self._conf)
@@ -166,14 +167,40 @@ class TransactionalWriter:
         return self
 
     def send(self, topic: str, value, key=None, headers=None, partition=None) -> None:
-        fut = self._producer.send(topic, value=value, key=key, headers=headers,
-                                  partition=partition)
+        try:
+            future = self._producer.send(topic, value=value, key=key, headers=headers,
+                                         partition=partition)
+        except Exception as exc:  # kafka-python refuses sends after a refused batch
+            self._raise_if_refused(exc)
+            raise
+        future.add_errback(self._failures.append)
         self._records += 1
-        self._pending = fut
+
+    def _raise_if_refused(self, cause: Optional[BaseException] = None) -> None:
+        """Raise ``RecordsNotWrittenError`` if Kafka refused a record of this transaction."""
+        tm = self._producer._transaction_manager
+        failure = self._failures[0] if self._failures else (
+            tm.last_error if tm.has_error() else None)
+        if failure is not None:
+            raise RecordsNotWrittenError(refused_records_message(
+                self.transactional_id, len(self._failures), self._records, failure)) from cause
 
     def pre_commit(self) -> TransactionHandle:
-        """Flush every record; the transaction stays open. Returns its handle."""
-        self._producer.flush()
+        """Flush every record; the transaction stays open. Returns its handle.
+
+        Raises ``RecordsNotWrittenError`` (after aborting the transaction) unless Kafka
+        acknowledged every record sent: a transaction with a refused record must never reach
+        the driver's commit, which would make the other records visible and lose that one."""
+        try:
+            self._flush()
+            self._raise_if_refused()
+        except BaseException:
+            try:
+                self.abort()
+            except Exception:  # noqa: BLE001 - the refusal is the error to report
+                logger.warning("%s: abort after a failed pre-commit failed",
+                               self.transactional_id, exc_info=True)
+            raise
         tm = self._producer._transaction_manager
         pid_epoch = tm.producer_id_and_epoch
         parts = sorted([tp.topic, tp.partition] for tp in tm._partitions_in_transaction)
@@ -184,6 +211,24 @@ class TransactionalWriter:
                      self.transactional_id, self._records, pid_epoch.producer_id,
                      pid_epoch.epoch)
         return handle
+
+    def _flush(self) -> None:
+        """``flush()`` until every batch is acknowledged or failed. kafka-python's flush raises
+        ``UnknownError('Future not done')`` when a batch it waits for was split and re-enqueued
+        (the broker answered MESSAGE_TOO_LARGE for the batch as a whole); the halves are waited
+        for by the next call, at most one round per halving."""
+        from kafka import errors as Errors
+
+        for _ in range(_FLUSH_ROUNDS):
+            try:
+                self._producer.flush()
+                return
+            except Errors.UnknownError as exc:
+                if "Future not done" not in str(exc):
+                    raise
+                logger.info("%s: a record batch was split; flushing its halves",
+                            self.transactional_id)
+        self._producer.flush()
 
     def close_without_finishing(self) -> None:
         """Leaves the flushed transaction open for the driver to finish; the producer is parked
@@ -199,6 +244,37 @@ class TransactionalWriter:
             finally:
                 _close_quietly(self._producer)
                 self._producer = None
+
+
+#: Flush rounds for batches split after MESSAGE_TOO_LARGE (one per halving of a batch).
+_FLUSH_ROUNDS = 32
+
+#: What to do about records Kafka refused, by the kafka-python error's class name.
+_REFUSAL_FIXES = {
+    "MessageSizeTooLargeError": "a record is larger than the topic's max.message.bytes (or "
+                                "the brokers' message.max.bytes): raise that limit for the "
+                                "topic or write smaller records",
+    "RecordTooLargeError": "a record is larger than the topic's max.message.bytes: raise it "
+                           "for the topic or write smaller records",
+    "TopicAuthorizationFailedError": "the sink's principal may not write to the topic: grant "
+                                     "it WRITE on the topic (kafka-acls --add --operation "
+                                     "Write --topic <topic>)",
+    "KafkaTimeoutError": "the brokers did not acknowledge the records within "
+                        "kafka.delivery.timeout.ms: check that the partitions' leaders are "
+                        "up, or raise kafka.delivery.timeout.ms",
+}
+
+
+def refused_records_message(transactional_id: str, refused: int, sent: int,
+                            failure: BaseException) -> str:
+    """The error for a transaction some of whose records Kafka refused (executor)."""
+    name = type(failure).__name__
+    fix = _REFUSAL_FIXES.get(name, "see the Kafka error; fix its cause")
+    detail = str(failure) if name in str(failure) else f"{name}: {failure}"
+    return (f"Kafka refused {refused or 'some'} of the {sent} records of transaction "
+            f"{transactional_id} ({detail}). The transaction was aborted and the task "
+            f"fails, so none of its records is committed and none is lost: {fix}, then restart "
+            f"the query (it resumes from its last checkpoint).")
 
 
 def _resume(kafka_config: Dict[str, object], handle: TransactionHandle, timeout_ms: int):

@@ -9,6 +9,7 @@ import sys
 import time
 import uuid
 
+import pytest
 from kafka import KafkaConsumer, TopicPartition
 
 from barrier_sink.lingering import abort_lingering, list_lingering
@@ -113,3 +114,43 @@ def test_lingering_cli(bootstrap, tmp_topic):
     assert f"{prefix}-b0-p0-e1" in listed and "1 open transaction(s)" in listed
     assert "aborted 1" in run("--abort").stdout
     assert "0 open transaction(s)" in run().stdout
+
+
+def test_a_record_kafka_refuses_fails_the_pre_commit_and_nothing_is_committed(bootstrap,
+                                                                              topic_factory):
+    """Exactly-once hole found in this issue's review: the broker refused one record of a
+    transaction (larger than the topic's max.message.bytes), kafka-python's flush() returned
+    normally, and pre_commit handed the transaction to the driver, whose commit made the other
+    records visible: the refused record was lost without an error. Now pre_commit raises,
+    naming the limit to raise, and aborts the transaction: nothing is visible, nothing stays
+    open, and the retried task (here: a new writer with the same id) writes everything."""
+    from barrier_sink.exceptions import SinkError
+
+    topic = topic_factory(1, configs={"max.message.bytes": "2000"})
+    conf = {"bootstrap_servers": bootstrap}
+    tid = "refused-" + uuid.uuid4().hex
+    writer = TransactionalWriter(conf, tid, 60000, 0, 0, 1).open()
+    writer.send(topic, value=b"small-1")
+    writer._producer.flush()  # its own batch: accepted by the broker
+    writer.send(topic, value=b"x" * 5000)  # refused: MESSAGE_TOO_LARGE
+    with pytest.raises(SinkError) as info:
+        writer.pre_commit()
+    assert type(info.value).__name__ == "RecordsNotWrittenError"
+    message = str(info.value)
+    assert "1 of the 2 records" in message and tid in message
+    assert "MessageSizeTooLarge" in message and "max.message.bytes" in message
+    assert not [t for t in list_lingering(conf, "refused-") if t.transactional_id == tid]
+    assert read_committed(bootstrap, topic, timeout_s=2) == []
+    # The retry: records that fit one by one but not as one batch (3 x 900 bytes, lingering
+    # into one batch): the broker refuses the batch, kafka-python splits it, and the
+    # pre-commit waits for the halves (its flush() raised 'Future not done' there before).
+    lingering = {**conf, "linger_ms": 200}
+    retry = TransactionalWriter(lingering, tid, 60000, 0, 0, 1).open()
+    values = [b"small-1"] + [b"%d" % i * 900 for i in range(1, 4)]
+    for v in values:
+        retry.send(topic, value=v)
+    handle = retry.pre_commit()
+    retry.close_without_finishing()
+    assert handle.records == 4
+    assert commit_handle(conf, handle) is EndResult.COMMITTED
+    assert read_committed(bootstrap, topic) == values
