@@ -13,8 +13,9 @@ from kafka.admin import KafkaAdminClient
 
 from barrier_demo.pipeline import PipelineConfig, completed_offsets
 from barrier_core.faults import FaultPoint, fault_env
-from integration_tests.pipeline_support import (assert_exactly_once, assert_prefix_exactly_once,
-                                                produce_input, run_pipeline)
+from integration_tests.pipeline_support import (assert_exactly_once, assert_no_open_transactions,
+                                                assert_prefix_exactly_once, produce_input,
+                                                run_pipeline)
 from kafka_harness.broker import KafkaBroker
 
 RECORDS = 40_000
@@ -41,6 +42,45 @@ def test_task_failure_aborts_the_batch_and_leaves_nothing_visible(bootstrap, kaf
                       max_offsets_per_trigger=10_000)
     assert rc == 0
     assert_exactly_once(bootstrap, topic, output, workdir, group, prefix, RECORDS)
+
+
+def test_records_the_broker_refuses_fail_the_query_and_lose_nothing(bootstrap, kafka_admin,
+                                                                   topic_factory, tmp_path):
+    """The output topic refuses every record batch (``max.message.bytes`` below a batch's
+    size). The first batch's tasks fail with the refusal and the limit named, nothing is
+    visible or left open, and once the topic's limit is raised the restarted query writes
+    everything exactly once. (Old main failed here only by luck, with kafka-python's 'Cannot
+    perform send because at least one previous transactional or idempotent request has
+    failed', since later records followed the refused batch; when the refused batch was a
+    task's last, it committed the rest and lost it: test_sink_transactions.py.)"""
+    from kafka import KafkaProducer
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    records = 8_000
+    topic = topic_factory(4, prefix="eo_refused_in")
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20)
+    for i in range(records):  # 200-byte keys: every output record is over 400 bytes
+        producer.send(topic, key=b"k%d-" % (i % KEYS) + b"x" * 200, value=b"v%07d" % i)
+    producer.flush()
+    producer.close()
+    # 300 bytes: below any output record batch, above the transaction markers the broker
+    # writes when the refused transactions are aborted
+    output = topic_factory(2, prefix="eo_refused", configs={"max.message.bytes": "300"})
+    workdir = str(tmp_path)
+    group, prefix = f"eo-ref-{uuid.uuid4().hex[:6]}", f"eo-ref-{uuid.uuid4().hex[:6]}"
+    rc = run_pipeline(bootstrap, topic, output, workdir, group, prefix,
+                      max_offsets_per_trigger=4_000)
+    log = open(os.path.join(workdir, "run.log")).read()
+    assert rc != 0, "records Kafka refused must fail the query"
+    assert "RecordsNotWrittenError" in log and "max.message.bytes" in log
+    assert assert_prefix_exactly_once(bootstrap, output) == 0
+    assert_no_open_transactions(bootstrap, prefix)
+    kafka_admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, output,
+                                              configs={"max.message.bytes": "1048588"})])
+    rc = run_pipeline(bootstrap, topic, output, workdir, group, prefix,
+                      max_offsets_per_trigger=4_000)
+    assert rc == 0
+    assert_exactly_once(bootstrap, topic, output, workdir, group, prefix, records)
 
 
 def test_broker_killed_and_restarted_during_the_run(tmp_path):
