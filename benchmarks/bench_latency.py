@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.bench_pipeline import VARIANTS, start_exactly_once, start_native  # noqa: E402
 from benchmarks.bench_sink import KEYS, make_topic, produce  # noqa: E402
-from benchmarks.bench_source import SPARK_KAFKA_PACKAGE, TOKEN_PROVIDER, token_provider_jar  # noqa: E402
+from benchmarks.bench_source import spark_with_kafka_connector  # noqa: E402
 
 
 def read_counts(bootstrap, topic, expected_last: dict, timeout_s, arrivals: dict) -> None:
@@ -131,13 +131,7 @@ def main() -> int:
     bootstrap = os.environ.get("BARRIER_KAFKA_BOOTSTRAP", "127.0.0.1:39092")
     variants = [v for v in args.variants.split(",") if v]
 
-    from kafka_harness.spark import build_spark
-
-    spark = build_spark("bench-latency", shuffle_partitions=2,
-                        **{"spark.jars.packages": SPARK_KAFKA_PACKAGE,
-                           "spark.jars.excludes": TOKEN_PROVIDER,
-                           "spark.jars": token_provider_jar(),
-                           "spark.ui.showConsoleProgress": "false"})
+    spark = spark_with_kafka_connector("bench-latency", shuffle_partitions=2)
     rows = []
     for trigger_s in [float(t) for t in args.triggers.split(",")]:
         for _ in range(args.rounds):

@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from barrier_ops.function import KeyedProcessFunction  # noqa: E402
 from benchmarks.bench_sink import make_topic  # noqa: E402
-from benchmarks.bench_source import SPARK_KAFKA_PACKAGE, TOKEN_PROVIDER, token_provider_jar  # noqa: E402
+from benchmarks.bench_source import spark_with_kafka_connector  # noqa: E402
 
 VARIANTS = ("native", "eo per-key", "eo per-record")
 
@@ -222,13 +222,7 @@ def main() -> int:
     bootstrap = os.environ.get("BARRIER_KAFKA_BOOTSTRAP", "127.0.0.1:39092")
     variants = [v for v in args.variants.split(",") if v]
 
-    from kafka_harness.spark import build_spark
-
-    spark = build_spark("bench-pipeline", shuffle_partitions=2,
-                        **{"spark.jars.packages": SPARK_KAFKA_PACKAGE,
-                           "spark.jars.excludes": TOKEN_PROVIDER,
-                           "spark.jars": token_provider_jar(),
-                           "spark.ui.showConsoleProgress": "false"})
+    spark = spark_with_kafka_connector("bench-pipeline", shuffle_partitions=2)
     table, attribution = [], {}
     for keys in [int(k) for k in args.keys.split(",")]:
         src = make_topic(bootstrap, 4)

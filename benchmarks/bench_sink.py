@@ -24,7 +24,7 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.bench_source import SPARK_KAFKA_PACKAGE, TOKEN_PROVIDER, token_provider_jar  # noqa: E402
+from benchmarks.bench_source import spark_with_kafka_connector  # noqa: E402
 
 KEYS = 997
 
@@ -137,13 +137,7 @@ def main() -> int:
     args = parser.parse_args()
     bootstrap = os.environ.get("BARRIER_KAFKA_BOOTSTRAP", "127.0.0.1:39092")
 
-    from kafka_harness.spark import build_spark
-
-    spark = build_spark("bench-sink", shuffle_partitions=2,
-                        **{"spark.jars.packages": SPARK_KAFKA_PACKAGE,
-                           "spark.jars.excludes": TOKEN_PROVIDER,
-                           "spark.jars": token_provider_jar(),
-                           "spark.ui.showConsoleProgress": "false"})
+    spark = spark_with_kafka_connector("bench-sink", shuffle_partitions=2)
     src = make_topic(bootstrap, 4)
     t0 = time.monotonic()
     produce(bootstrap, src, args.records)

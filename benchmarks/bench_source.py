@@ -47,6 +47,16 @@ def token_provider_jar() -> str:
     return str(path)
 
 
+def spark_with_kafka_connector(app_name: str, **conf):
+    """A local Spark session that also has Spark's own Kafka source and sink (the peers)."""
+    from kafka_harness.spark import build_spark
+
+    return build_spark(app_name, **conf, **{"spark.jars.packages": SPARK_KAFKA_PACKAGE,
+                                             "spark.jars.excludes": TOKEN_PROVIDER,
+                                             "spark.jars": token_provider_jar(),
+                                             "spark.ui.showConsoleProgress": "false"})
+
+
 def fill_topic(bootstrap: str, topic: str, partitions: int, records: int) -> None:
     from kafka.admin import KafkaAdminClient, NewTopic
 
@@ -95,12 +105,7 @@ def main() -> int:
     print(f"produced {args.records} x 100 B into {topic} ({args.partitions} partitions) in "
           f"{time.perf_counter() - t0:.1f}s", flush=True)
 
-    from kafka_harness.spark import build_spark
-
-    spark = build_spark("bench-source", **{"spark.jars.packages": SPARK_KAFKA_PACKAGE,
-                                           "spark.jars.excludes": TOKEN_PROVIDER,
-                                           "spark.jars": token_provider_jar(),
-                                           "spark.ui.showConsoleProgress": "false"})
+    spark = spark_with_kafka_connector("bench-source")
     common = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic,
               "startingOffsets": "earliest",
               "maxOffsetsPerTrigger": str(args.max_offsets_per_trigger)}
