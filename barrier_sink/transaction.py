@@ -27,6 +27,7 @@ from barrier_core.exceptions import BrokerUnreachableError
 from barrier_core.kafka_clients import kafka_client
 from barrier_sink import kip939, producer_reuse
 from barrier_sink.exceptions import RecordsNotWrittenError
+from barrier_sink.record_appender import RecordAppender
 from barrier_sink.producer_reuse import discard as _close_quietly
 
 logger = logging.getLogger(__name__)
@@ -137,7 +138,7 @@ class TransactionalWriter:
        failed attempt of this task, and aborts its open transaction), then ``begin_transaction``.
        With ``two_phase`` the id is initialised for KIP-939 transactions, which the broker never
        aborts on a timeout (:mod:`barrier_sink.kip939`).
-    2. ``send()`` rows.
+    2. ``send()`` rows (:class:`~barrier_sink.record_appender.RecordAppender`).
     3. ``pre_commit()``: flush and return the handle; the transaction stays open, uncommitted.
     4. ``close_without_finishing()``: park the producer for the worker's next transaction.
     """
@@ -154,6 +155,7 @@ class TransactionalWriter:
         self._producer = None
         self._records = 0
         self._failures: List[BaseException] = []  # appended by the producer's I/O thread
+        self._appender: Optional[RecordAppender] = None
 
     def open(self) -> "TransactionalWriter":
         self._producer = producer_reuse.acquire(self._conf)
@@ -164,16 +166,15 @@ class TransactionalWriter:
             self._producer = None
             raise
         self._producer.begin_transaction()
+        self._appender = RecordAppender(self._producer, self._failures.append)
         return self
 
     def send(self, topic: str, value, key=None, headers=None, partition=None) -> None:
         try:
-            future = self._producer.send(topic, value=value, key=key, headers=headers,
-                                         partition=partition)
+            self._appender.append(topic, value, key, headers, partition)
         except Exception as exc:  # kafka-python refuses sends after a refused batch
             self._raise_if_refused(exc)
             raise
-        future.add_errback(self._failures.append)
         self._records += 1
 
     def _raise_if_refused(self, cause: Optional[BaseException] = None) -> None:
