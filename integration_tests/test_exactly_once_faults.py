@@ -1,5 +1,7 @@
 """Exactly-once through other faults: a Kafka broker restart in the middle of the run, and a
-failing task whose batch Spark aborts (nothing it wrote may ever become visible)."""
+failing task whose batch Spark aborts (nothing it wrote may ever become visible): here the
+broker refuses the task's records; an injected failure at every protocol step, ``task_write``
+included, is test_exactly_once_raise.py's chain."""
 
 from __future__ import annotations
 
@@ -20,28 +22,6 @@ from kafka_harness.broker import KafkaBroker
 
 RECORDS = 40_000
 KEYS = 101
-
-
-def test_task_failure_aborts_the_batch_and_leaves_nothing_visible(bootstrap, kafka_admin,
-                                                                   topic_factory, tmp_path):
-    topic = produce_input(kafka_admin, bootstrap, RECORDS, KEYS)
-    output = topic_factory(2, prefix="eo_abort")
-    workdir = str(tmp_path)
-    group, prefix = f"eo-abort-{uuid.uuid4().hex[:6]}", f"eo-abort-{uuid.uuid4().hex[:6]}"
-    crash_dir = os.path.join(workdir, "crash")
-    rc = run_pipeline(bootstrap, topic, output, workdir, group, prefix,
-                      fault_env(crash_dir, fail_at=FaultPoint.TASK_WRITE.value),
-                      max_offsets_per_trigger=10_000)
-    assert os.path.exists(os.path.join(crash_dir, "failed-task_write"))
-    assert rc != 0, "the injected task failure must fail the query"
-    assert "injected failure at task_write" in open(os.path.join(workdir, "run.log")).read()
-    # The failed batch wrote into transactions that Spark's abort (or the fencing retry) ended:
-    # read_committed shows nothing of it, and nothing is left open.
-    assert assert_prefix_exactly_once(bootstrap, output) == 0
-    rc = run_pipeline(bootstrap, topic, output, workdir, group, prefix,
-                      max_offsets_per_trigger=10_000)
-    assert rc == 0
-    assert_exactly_once(bootstrap, topic, output, workdir, group, prefix, RECORDS)
 
 
 def test_records_the_broker_refuses_fail_the_query_and_lose_nothing(bootstrap, kafka_admin,
