@@ -77,3 +77,29 @@ def test_failed_producers_are_closed_and_parking_is_bounded(config, topic_factor
     handles = [_pre_commit(w, topic, b"v%d" % i) for i, w in enumerate(open_now)]
     assert producer_reuse.parked_count() == before + producer_reuse.MAX_IDLE
     assert all(commit_handle(config, h) is EndResult.COMMITTED for h in handles)
+
+
+def test_the_previous_coordinator_is_guessed_only_while_it_is_in_the_cluster(config,
+                                                                               topic_factory):
+    """The reused producer sends its InitProducerId straight to the previous id's coordinator
+    (no FindCoordinator). A coordinator that is no longer in the cluster is not guessed: the
+    sender would wait for it until max_block_ms (here 8 s) and the open would fail."""
+    config = {**config, "max_block_ms": 8_000}
+    topic, prefix = topic_factory(1, prefix="guess"), "guess-" + uuid.uuid4().hex[:6]
+    first = _writer(config, f"{prefix}-p0-a0-s0")
+    producer = first._producer
+    coordinator = producer._transaction_manager._transaction_coordinator
+    assert coordinator is not None
+    h1 = _pre_commit(first, topic, b"one")
+    second = _writer(config, f"{prefix}-p1-a0-s0")
+    assert second._producer is producer
+    assert second._producer._transaction_manager._transaction_coordinator == coordinator
+    h2 = _pre_commit(second, topic, b"two")
+    producer._transaction_manager._transaction_coordinator = 999  # a broker that left
+    third = _writer(config, f"{prefix}-p2-a0-s0")
+    assert third._producer is producer
+    h3 = _pre_commit(third, topic, b"three")
+    for h in (h1, h2, h3):
+        assert commit_handle(config, h) is EndResult.COMMITTED
+    assert sorted(read_committed_topic(config["bootstrap_servers"], topic)) == [
+        b"one", b"three", b"two"]
