@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Dict, List, Mapping, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from barrier_core.kafka_clients import kafka_client
 
@@ -39,10 +39,12 @@ _idle: Dict[Tuple, List[object]] = {}
 _counts = {"created": 0, "reused": 0}
 
 
-def _key(conf: Mapping[str, object]) -> Tuple:
-    """The client configuration without the per-transaction settings (kept in memory only: it
-    may hold credentials)."""
-    return tuple(sorted((k, repr(v)) for k, v in conf.items() if k not in _PER_TRANSACTION))
+def _key(conf: Mapping[str, object], role: str) -> Tuple:
+    """The pool of ``role``'s producers with the client configuration without the
+    per-transaction settings (kept in memory only: it may hold credentials). Executor writers
+    and driver commits keep separate pools even when they share a Python worker."""
+    return (role,) + tuple(sorted((k, repr(v)) for k, v in conf.items()
+                                  if k not in _PER_TRANSACTION))
 
 
 def _usable(producer) -> bool:
@@ -88,7 +90,7 @@ def acquire(conf: Mapping[str, object], role: str = "sink (executor)"):
     not yet initialised: a parked one retargeted to the id, else a new one."""
     from kafka import KafkaProducer
 
-    key = _key(conf)
+    key = _key(conf, role)
     while True:
         with _lock:
             parked = _idle.get(key)
@@ -105,14 +107,16 @@ def acquire(conf: Mapping[str, object], role: str = "sink (executor)"):
         discard(producer)
 
 
-def release(producer, conf: Mapping[str, object]) -> None:
-    """Park ``producer`` (its records flushed, its transaction pre-committed) for the worker's
-    next transaction, or close it when enough are parked."""
+def release(producer, conf: Mapping[str, object], max_idle: Optional[int] = None,
+            role: str = "sink (executor)") -> None:
+    """Park ``producer`` (its records flushed, its transaction pre-committed, or its EndTxn
+    answered) for the process's next transaction, or close it when ``max_idle`` (default
+    :data:`MAX_IDLE`) are parked for its configuration."""
     if not _usable(producer):
         return
     with _lock:
-        parked = _idle.setdefault(_key(conf), [])
-        if len(parked) < MAX_IDLE:
+        parked = _idle.setdefault(_key(conf, role), [])
+        if len(parked) < (MAX_IDLE if max_idle is None else max_idle):
             parked.append(producer)
             return
     discard(producer)

@@ -278,14 +278,17 @@ def refused_records_message(transactional_id: str, refused: int, sent: int,
             f"the query (it resumes from its last checkpoint).")
 
 
-def _resume(kafka_config: Dict[str, object], handle: TransactionHandle, timeout_ms: int):
-    """A producer that continues ``handle``'s transaction (Flink's resumeTransaction)."""
-    from kafka import KafkaProducer
+#: Resumed producers the driver keeps parked per client configuration: one per concurrent
+#: commit (``SinkCommitter.COMMIT_PARALLELISM``).
+DRIVER_PARKED = 8
+
+
+def _resume(conf: Dict[str, object], handle: TransactionHandle):
+    """A producer that continues ``handle``'s transaction (Flink's resumeTransaction): a parked
+    one of this process retargeted to the id, else a new one (:mod:`producer_reuse`)."""
     from kafka.producer.transaction_manager import ProducerIdAndEpoch, TransactionState
 
-    producer = kafka_client(KafkaProducer,
-                            producer_config(kafka_config, handle.transactional_id, timeout_ms),
-                            "sink")
+    producer = producer_reuse.acquire(conf, "sink (driver)")
     tm = producer._transaction_manager
     with tm._lock:
         tm.set_producer_id_and_epoch(ProducerIdAndEpoch(handle.producer_id, handle.producer_epoch))
@@ -298,12 +301,15 @@ def _end(kafka_config: Dict[str, object], handle: TransactionHandle, commit: boo
          timeout_ms: int) -> EndResult:
     from kafka import errors as Errors
 
-    producer = _resume(kafka_config, handle, timeout_ms)
+    conf = producer_config(kafka_config, handle.transactional_id, timeout_ms)
+    producer = _resume(conf, handle)
+    finished = False
     try:
         if commit:
             producer.commit_transaction()
         else:
             producer.abort_transaction()
+        finished = True
     except (Errors.ProducerFencedError, Errors.InvalidProducerEpochError) as exc:
         logger.warning("%s: producer %d epoch %d fenced (%s); nothing to %s",
                        handle.transactional_id, handle.producer_id, handle.producer_epoch,
@@ -316,7 +322,10 @@ def _end(kafka_config: Dict[str, object], handle: TransactionHandle, commit: boo
             return EndResult.ABORTED
         raise
     finally:
-        _close_quietly(producer)
+        if finished:  # its EndTxn answered: nothing in flight, nothing carried over
+            producer_reuse.release(producer, conf, DRIVER_PARKED, "sink (driver)")
+        else:
+            _close_quietly(producer)
     return EndResult.COMMITTED if commit else EndResult.ABORTED
 
 

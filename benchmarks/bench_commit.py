@@ -22,7 +22,9 @@ import tempfile
 import time
 import uuid
 
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pyspark.sql.types import LongType, StringType, StructField, StructType  # noqa: E402
 
 SCHEMA = StructType([StructField("kind", StringType()), StructField("checkpoint_id", LongType()),
                      StructField("value", StringType())])
