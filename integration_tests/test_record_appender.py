@@ -4,6 +4,7 @@ and order, against the real broker."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -24,17 +25,27 @@ def _records():
     return out
 
 
-def _contents(bootstrap, topic, partitions):
+def _contents(bootstrap, topic, partitions, timeout_s=60.0):
+    """Every committed record per partition, read until each position reached the last stable
+    offset; raises rather than return part of the topic."""
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
-                             enable_auto_commit=False, consumer_timeout_ms=3000)
-    tps = [TopicPartition(topic, p) for p in range(partitions)]
-    consumer.assign(tps)
-    consumer.seek_to_beginning(*tps)
-    got = {p: [] for p in range(partitions)}
-    for m in consumer:
-        got[m.partition].append((m.key, m.value, [(k, v) for k, v in m.headers] or None))
-    consumer.close()
-    return got
+                             enable_auto_commit=False)
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        got = {p: [] for p in range(partitions)}
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for tp, msgs in consumer.poll(timeout_ms=300).items():
+                got[tp.partition] += [(m.key, m.value, [(k, v) for k, v in m.headers] or None)
+                                      for m in msgs]
+            ends = consumer.end_offsets(tps)
+            if all(consumer.position(tp) >= ends[tp] for tp in tps):
+                return got
+        raise TimeoutError(f"{topic} was not read to its end within {timeout_s:.0f} s")
+    finally:
+        consumer.close()
 
 
 def test_appended_records_land_where_send_puts_them(bootstrap, topic_factory):
