@@ -49,21 +49,24 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from abc import ABC, abstractmethod
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional, Tuple
 
 from barrier_sink.messages import SinkCommitMessage, slowest_task
 from barrier_core.faults import FaultPoint, fault_point
 from barrier_core.completed_offsets import CompletedOffsets, write_completed_offsets
+from barrier_core.query_run import read_run_start
 
 logger = logging.getLogger(__name__)
 
 BATCH_PREFIX = "sink/batch-"
 
 #: Batch records seen with every handle committed, other than the newest recorded batch (per
-#: process): (storage location, batch id) -> the newest checkpoint that committed any of their
-#: handles (0: none). Such a record never changes again (Spark re-records only the newest batch),
-#: so it is not read again until a commit of that checkpoint, and pruning forgets it.
-_SETTLED: Dict[tuple, int] = {}
+#: process): storage location -> (start of the query run they were seen in, {batch id: the
+#: newest checkpoint that committed any of their handles, 0 for none}). Such a record never
+#: changes again in that run (Spark re-records only the newest batch), so it is not read again
+#: until a commit of that checkpoint; pruning forgets it. A new run (a restart, or a query on a
+#: wiped storage whose batch ids start again at 0) starts from nothing.
+_SETTLED: Dict[str, Tuple[int, Dict[int, int]]] = {}
 
 
 def batch_path(batch_id: int) -> str:
@@ -102,14 +105,25 @@ class SinkCommitter(ABC):
         return {self.transaction_name(h) for h in record.get("handles", [])
                 if self.handle_id(h) not in done}
 
-    def _settle(self, record: dict, newest_batch: int) -> None:
+    def _settled(self, run_started_ms: Optional[int] = None) -> Dict[int, int]:
+        """This process's settled records of this storage in the current query run (the run
+        start is read when the caller has no coordinator that read it)."""
+        if run_started_ms is None:
+            run_started_ms = read_run_start(self.backend)
+        where = self.backend.location(BATCH_PREFIX)
+        run, settled = _SETTLED.get(where, (None, {}))
+        if run != run_started_ms:
+            settled = {}
+            _SETTLED[where] = (run_started_ms, settled)
+        return settled
+
+    def _settle(self, record: dict, newest_batch: int, settled: Dict[int, int]) -> None:
         """Remember ``record`` as settled if every handle is committed and it is not the newest
         recorded batch (the only one a replay can record again)."""
         if record["batch_id"] == newest_batch or self._open_names(record):
             return
         committed = [n for n in record.get("committed", {}).values() if isinstance(n, int)]
-        _SETTLED[(self.backend.location(BATCH_PREFIX), record["batch_id"])] = max(
-            committed, default=0)
+        settled[record["batch_id"]] = max(committed, default=0)
 
     def recorded_open_names(self, batches: Optional[List[int]] = None) -> set:
         """Transaction names of every recorded handle not yet committed or aborted, in all
@@ -121,15 +135,15 @@ class SinkCommitter(ABC):
         unfinished records per call, instead of every kept record). ``batches``: the listing,
         when the caller already has it."""
         out: set = set()
-        where = self.backend.location(BATCH_PREFIX)
+        settled = self._settled()
         batches = self.recorded_batches() if batches is None else batches
         for b in batches:
-            if (where, b) in _SETTLED:
+            if b in settled:
                 continue
             record = self.load_batch(b)
             if record is not None:
                 out |= self._open_names(record)
-                self._settle(record, batches[-1])
+                self._settle(record, batches[-1], settled)
         return out
 
     @staticmethod
@@ -271,12 +285,12 @@ class SinkCommitter(ABC):
         fault_point(FaultPoint.COMMIT_AFTER_METADATA)
         committed_by_n: List[dict] = []
         records, work = [], []
-        where = self.backend.location(BATCH_PREFIX)
+        settled = self._settled(getattr(coordinator, "run_started_ms", None))
         batches = self.recorded_batches()
         for b in batches:
             if b > batch_id:
                 break
-            if _SETTLED.get((where, b), n) < n:
+            if settled.get(b, n) < n:
                 continue  # all committed, none by n: nothing to commit or report
             record = self.load_batch(b)
             if record is None:
@@ -308,7 +322,7 @@ class SinkCommitter(ABC):
                             (started - batch_started) * 1000, 1)
                 self._store_batch(record)
         for record in records:
-            self._settle(record, batches[-1])
+            self._settle(record, batches[-1], settled)
         if first_error is not None:
             raise first_error
         fault_point(FaultPoint.AFTER_TRANSACTIONS)
@@ -318,7 +332,7 @@ class SinkCommitter(ABC):
             n, completed.timestamp_ms, completed.offsets))
         if coordinator is not None:
             coordinator.mark_committed(n)
-        self.prune(batch_id, batches)
+        self.prune(batch_id, batches, settled)
         logger.info("checkpoint %d committed (batch %d)", n, batch_id)
 
     def _commit_handles(self, handles: List[dict], some_committed: bool) -> List:
@@ -357,19 +371,20 @@ class SinkCommitter(ABC):
         Runs in the driver commit worker."""
 
     def prune(self, upto_batch: int, recorded: Optional[List[int]] = None,
-              keep: int = 20) -> None:
+              settled: Optional[Dict[int, int]] = None, keep: int = 20) -> None:
         """Delete records of fully committed batches, keeping the newest ``keep``.
-        ``recorded``: the listing, when the caller has it. Runs in the driver commit worker."""
-        where = self.backend.location(BATCH_PREFIX)
+        ``recorded`` / ``settled``: the listing and the run's settled records, when the caller
+        has them. Runs in the driver commit worker."""
+        settled = self._settled() if settled is None else settled
         batches = [b for b in (self.recorded_batches() if recorded is None else recorded)
                    if b <= upto_batch]
         for b in batches[:-keep]:
-            if (where, b) not in _SETTLED:
+            if b not in settled:
                 record = self.load_batch(b)
                 if record is None or self._open_names(record):
                     continue
             self.backend.delete([batch_path(b)])
-            _SETTLED.pop((where, b), None)
+            settled.pop(b, None)
 
     def recover(self) -> None:
         """At query start: finish what a crash interrupted (driver, before the first task).

@@ -266,8 +266,29 @@ def test_a_commit_reads_a_bounded_number_of_batch_records_however_long_the_job_r
             reads.append(CountingBackend.reads - before)
         assert set(txns.state.values()) == {"committed"}
         assert max(reads[25:]) <= 3, reads
-        settled = [k for k in committer_module._SETTLED
-                   if k[0] == backend.location(committer_module.BATCH_PREFIX)]
+        _run, settled = committer_module._SETTLED[backend.location(committer_module.BATCH_PREFIX)]
         assert len(settled) <= 20 and len(backend.list("sink/")) == 20
     finally:
         clear_memory_backend(name)
+
+
+def test_a_query_on_a_wiped_storage_is_not_misled_by_what_this_process_remembers(env):
+    """The memory of settled batch records belongs to one query run. A query started again on
+    a wiped storage (batch ids from 0 again) in the same Spark application, whose Python
+    workers outlive queries, must read its own records: here its batch 0 holds transactions
+    that batch 1's checkpoint commits, while the old run's batch 0 was settled with none."""
+    from barrier_core.query_run import record_run_start
+
+    committer, txns, clock = env
+    backend = committer().backend
+    record_run_start(backend, 1_000)
+    committer().on_batch_committed(0, [message(0, t, []) for t in (0, 1)])  # no output
+    committer().on_batch_committed(1, batch_sealing(txns, clock, 1, 1))
+    committer().on_batch_committed(2, batch_sealing(txns, clock, 2, 2))
+    for path in backend.list(""):  # the storage is wiped; a new query starts on it
+        backend.delete([path])
+    record_run_start(backend, 2_000)
+    first = [message(0, t, [handle(txns, 0, t, 1, attempt=5)]) for t in (0, 1)]
+    committer().on_batch_committed(0, first)
+    committer().on_batch_committed(1, batch_sealing(txns, clock, 1, 1, attempt=5))
+    assert txns.state["b0-p0-a5-e1"] == txns.state["b0-p1-a5-e1"] == "committed"
