@@ -15,6 +15,7 @@ Secrets in the configuration are never part of it.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any, Callable, Mapping, Optional, TypeVar
 
 from barrier_core.exceptions import BrokerUnreachableError
@@ -71,13 +72,20 @@ _CAUSES = (
 
 
 class _ConnectionFailures(logging.Handler):
-    """Collects kafka-python's connection failure reasons while one client is built."""
+    """Collects kafka-python's connection failure reasons while one client is built: records
+    of the building thread and of threads started since (the new client's I/O thread), not of
+    the process's other clients (a parked producer of a broker that went away keeps logging
+    'connection refused', which must not be read as this client's cause)."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
         self.messages = []
+        # Thread objects, not idents: an ident is reused once its thread ended.
+        self._older = set(threading.enumerate()) - {threading.current_thread()}
 
-    def emit(self, record) -> None:
+    def emit(self, record) -> None:  # runs in the thread that logs
+        if threading.current_thread() in self._older:
+            return
         try:
             self.messages.append(record.getMessage())
         except Exception:  # noqa: BLE001 - a diagnostic must never break the client
