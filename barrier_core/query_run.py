@@ -28,9 +28,10 @@ def record_run_start(backend, started_ms: int) -> None:
 def read_run_start(backend) -> int:
     """Start of the current run in ms, or 0 when no source recorded one (driver). One read:
     the coordinator calls this at every commit."""
-    try:
-        return int(json.loads(backend.get(RUN_FILE))["started_ms"])
-    except FileNotFoundError:  # state backends' SnapshotNotFoundError: no source recorded one
+    data = backend.get_if_exists(RUN_FILE)
+    if data is None:  # no source recorded one
         return 0
+    try:
+        return int(json.loads(data)["started_ms"])
     except (ValueError, KeyError, TypeError):
         return 0  # unreadable: fall back to the trigger time (the stricter timeout)

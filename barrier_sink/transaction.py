@@ -26,6 +26,7 @@ from typing import Dict, Iterable, List, Optional
 from barrier_core.exceptions import BrokerUnreachableError
 from barrier_core.kafka_clients import kafka_client
 from barrier_sink import kip939, producer_reuse
+from barrier_sink.committer import SinkCommitter
 from barrier_sink.exceptions import RecordsNotWrittenError
 from barrier_sink.record_appender import RecordAppender
 from barrier_sink.producer_reuse import discard as _close_quietly
@@ -279,8 +280,8 @@ def refused_records_message(transactional_id: str, refused: int, sent: int,
 
 
 #: Resumed producers the driver keeps parked per client configuration: one per concurrent
-#: commit (``SinkCommitter.COMMIT_PARALLELISM``).
-DRIVER_PARKED = 8
+#: commit.
+DRIVER_PARKED = SinkCommitter.COMMIT_PARALLELISM
 
 
 def _resume(conf: Dict[str, object], handle: TransactionHandle):
