@@ -5,7 +5,7 @@ Runs inside ``applyInPandasWithState`` on executors; the function object is pick
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, List, Optional
 
 import pandas as pd
 
@@ -78,27 +78,29 @@ def _check_columns(got, columns, what: str) -> None:
             "write nulls.")
 
 
-def rows_to_dicts(rows: Rows, columns) -> Iterable[dict]:
-    """Normalise a user function's return value into dicts over ``columns`` (executor).
+def rows_to_tuples(rows: Rows, columns) -> List[tuple]:
+    """Normalise a user function's return value into tuples in ``columns`` order (executor).
 
     Raises ``ValueError`` naming the unknown and the missing columns when a dict or DataFrame
     does not have exactly the output schema's columns, and when a tuple has the wrong length.
     """
     if rows is None:
         return []
+    columns = list(columns)
     if isinstance(rows, pd.DataFrame):
         _check_columns(list(rows.columns), columns, "a DataFrame")
-        return rows[list(columns)].to_dict("records")
+        return list(rows[columns].itertuples(index=False, name=None))
+    width = len(columns)
     out = []
     for row in rows:
         if isinstance(row, dict):
-            if len(row) != len(columns) or any(c not in row for c in columns):
+            if len(row) != width or any(c not in row for c in columns):
                 _check_columns(list(row), columns, f"a dict {sorted(row)}")
-            out.append({c: row[c] for c in columns})
+            out.append(tuple(row[c] for c in columns))
         else:
             row = tuple(row)
-            if len(row) != len(columns):
-                raise ValueError(f"user function returned {row!r}; expected {len(columns)} "
-                                 f"values for {list(columns)}")
-            out.append(dict(zip(columns, row)))
+            if len(row) != width:
+                raise ValueError(f"user function returned {row!r}; expected {width} "
+                                 f"values for {columns}")
+            out.append(row)
     return out

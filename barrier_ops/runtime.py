@@ -20,29 +20,27 @@ from __future__ import annotations
 import logging
 import pickle
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Optional
 
 import numpy as np
 import pandas as pd
 
 from barrier_core.ack import AckMetrics, Acknowledgement, offsets_by_topic
 from barrier_ops.exceptions import RestoreError
-from barrier_ops.function import KeyedProcessFunction, rows_to_dicts
+from barrier_ops.function import KeyedProcessFunction, rows_to_tuples
+from barrier_ops.input_events import KIND_CANCEL, build_events, gather, group_by_key
+from barrier_ops.output_rows import CONTROL_COLUMNS, OutputRows
 from barrier_ops.options import AT_LEAST_ONCE, OperatorOptions
 from barrier_ops.state import KeyedContext, KeyedStateStore
-from barrier_ops.alignment import (Barrier, BarrierAligner, BarrierTracker,
-                                   CancellationBarrier, CheckpointAborted,
-                                   CheckpointTriggered, Records, Released)
-from barrier_core.schema import KIND_ACK, KIND_BARRIER, KIND_RECORD, channel_name
+from barrier_ops.alignment import (BarrierAligner, BarrierTracker, CheckpointAborted,
+                                   CheckpointTriggered, Released)
+from barrier_core.schema import KIND_ACK, KIND_BARRIER, channel_name
 from state_backends.base import operator_snapshot_name
 
 logger = logging.getLogger(__name__)
 
-KIND_CANCEL = "cancel"
 SNAPSHOT_VERSION = 1
-#: columns every operator output row carries after the user's columns (see protocol.md)
-CONTROL_COLUMNS = ["topic", "partition", "offset", "timestamp", "kind", "checkpoint_id",
-                   "checkpoint_timestamp", "barrier_channels", "ack"]
+__all__ = ["CONTROL_COLUMNS", "KIND_CANCEL", "KeyGroupRuntime", "output_channel", "output_topic"]
 
 
 def output_topic(operator_id: str) -> str:
@@ -117,24 +115,23 @@ class KeyGroupRuntime:
         """Handle the rows one micro-batch delivered to this key group; return the output."""
         self._opts, self._fn, self._key_col = opts, fn, key_col
         self._user_columns, self._now_ms = user_columns, batch_time_ms
-        self._rows: List[Dict[str, Any]] = []
+        self._out = OutputRows(user_columns)
         self._backend = None
         try:
-            kind = pdf["kind"]
-            for row in pdf[kind == KIND_ACK].to_dict("records"):   # step 1
+            kind = pdf["kind"].to_numpy()
+            acks = np.flatnonzero(kind == KIND_ACK)
+            for row in pdf.iloc[acks].to_dict("records") if len(acks) else ():   # step 1
                 part = _py(row.get("partition"))
                 self._emit_control(KIND_ACK, row["checkpoint_id"], topic=row.get("topic"),
                                    partition=None if part is None else int(part),
                                    ack=row.get("ack"))
-            self.handler.push_all(build_events(pdf[kind == KIND_RECORD],
-                                               pdf[kind == KIND_BARRIER],
-                                               pdf[kind == KIND_CANCEL]))
+            self.handler.push_all(build_events(pdf))
             if self.epoch is None:
                 self.handler.adopt_first_checkpoint()
                 current = self.handler.current_checkpoint_id
                 self.epoch = 1 if current is None else current + 1
             self._fire_timers(self.store.processing_timers, batch_time_ms)  # step 2
-            segment: List[pd.DataFrame] = []
+            segment: List[Any] = []
             for out in self.handler.poll():                                   # step 3
                 if isinstance(out, Released):
                     segment.append(out.payload)
@@ -147,32 +144,32 @@ class KeyGroupRuntime:
                 elif isinstance(out, CheckpointAborted):
                     self.epoch = max(self.epoch, out.checkpoint_id + 1)
             self._process_segment(segment)
-            return pd.DataFrame(self._rows, columns=user_columns + CONTROL_COLUMNS)
+            return self._out.frame()
         finally:
             del self._opts, self._fn, self._key_col, self._user_columns, self._now_ms
-            del self._rows, self._backend
+            del self._out, self._backend
 
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
 
     # ------------------------------------------------------------------ records and timers
-    def _process_segment(self, segment: List[pd.DataFrame]) -> None:
+    def _process_segment(self, segment: List[Any]) -> None:
         if not segment:
             return
-        seg = pd.concat(segment, ignore_index=True) if len(segment) > 1 else segment[0]
-        key_col = self._key_col
-        for key, sub in seg.groupby(key_col, sort=False, dropna=False):
+        rows, keys, bounds = group_by_key(gather(segment), self._key_col)
+        latest = _LatestTimestamp(rows)
+        for i, key in enumerate(keys):
+            a, b = int(bounds[i]), int(bounds[i + 1])
             key = _py(key)
             ctx = KeyedContext(self.store, key, self.key_group, self.epoch, self._now_ms)
-            ts = sub["timestamp"].max() if "timestamp" in sub.columns else None
-            self._emit_records(self._fn.process_records(key, sub, ctx), ts)
-        if "timestamp" in seg.columns:
-            ts = seg["timestamp"].dropna()
-            if len(ts):
-                wm = int(ts.max().value // 1_000_000) - self._opts.watermark_delay_ms
-                if self.store.watermark_ms is None or wm > self.store.watermark_ms:
-                    self.store.watermark_ms = wm
-                    self._fire_timers(self.store.event_timers, wm)
+            out = self._fn.process_records(key, rows.iloc[a:b], ctx)
+            self._emit_records(out, latest.between(a, b))
+        wm_ts = latest.between(0, len(rows))
+        if wm_ts is not None:
+            wm = int(wm_ts.value // 1_000_000) - self._opts.watermark_delay_ms
+            if self.store.watermark_ms is None or wm > self.store.watermark_ms:
+                self.store.watermark_ms = wm
+                self._fire_timers(self.store.event_timers, wm)
 
     def _fire_timers(self, timers, up_to_ms: int) -> None:
         if not timers:
@@ -182,18 +179,14 @@ class KeyGroupRuntime:
             self._emit_records(self._fn.on_timer(key, ts, ctx), pd.Timestamp(ts, unit="ms"))
 
     def _emit_records(self, rows, ts) -> None:
-        for d in rows_to_dicts(rows, self._user_columns):
-            d.update(topic=output_topic(self._opts.operator_id), partition=self.key_group,
-                     offset=self.output_seq, timestamp=None if pd.isna(ts) else ts,
-                     kind=KIND_RECORD, checkpoint_id=self.epoch, checkpoint_timestamp=None,
-                     barrier_channels=None, ack=None)
-            self.output_seq += 1
-            self._rows.append(d)
+        tuples = rows_to_tuples(rows, self._user_columns)
+        if tuples:
+            self._out.add_records(tuples, output_topic(self._opts.operator_id), self.key_group,
+                                  self.output_seq, None if pd.isna(ts) else ts, self.epoch)
+            self.output_seq += len(tuples)
 
     def _emit_control(self, kind: str, checkpoint_id, **fields) -> None:
-        d = dict.fromkeys(self._user_columns + CONTROL_COLUMNS)
-        d.update(kind=kind, checkpoint_id=_py(checkpoint_id), **fields)
-        self._rows.append(d)
+        self._out.add_control(kind=kind, checkpoint_id=_py(checkpoint_id), **fields)
 
     # ------------------------------------------------------------------ checkpoints
     def _checkpoint(self, trig: CheckpointTriggered) -> None:
@@ -228,63 +221,25 @@ class KeyGroupRuntime:
                      trig.checkpoint_id, len(blob), sync_ms)
 
 
-# ---------------------------------------------------------------------- input ordering
-def build_events(records: pd.DataFrame, barriers: pd.DataFrame,
-                 cancels: pd.DataFrame) -> List[Any]:
-    """Per-channel events in channel order, channels in sorted order.
+class _LatestTimestamp:
+    """The latest ``timestamp`` of row ranges of one frame (None: no column or all null)."""
 
-    A channel's records are sorted by offset and cut into :class:`Records` chunks at every
-    barrier / cancellation position (the marker at offset X precedes the record at offset X)
-    and wherever the records' epoch changes.
-    """
-    markers: Dict[str, list] = {}
-    for kind_df, is_cancel in ((barriers, False), (cancels, True)):
-        for row in kind_df.to_dict("records"):
-            ch = channel_name(row["topic"], int(row["partition"]))
-            cid = int(row["checkpoint_id"])
-            off = row["offset"]
-            off = None if off is None or pd.isna(off) else int(off)
-            if is_cancel:
-                ev = CancellationBarrier(cid, ch)
-            else:
-                chans = row.get("barrier_channels")
-                ts = row.get("checkpoint_timestamp")
-                ev = Barrier(cid, ch, off, None if ts is None or pd.isna(ts) else int(ts),
-                             tuple(chans) if chans is not None else ())
-            markers.setdefault(ch, []).append((np.inf if off is None else off, cid, ev))
-    by_channel: Dict[str, pd.DataFrame] = {}
-    if len(records):
-        chan = records["topic"].astype(str) + ":" + records["partition"].astype("int64").astype(str)
-        for ch, part in records.groupby(chan.values, sort=False):
-            by_channel[ch] = part.sort_values("offset", kind="stable")
-    events: List[Any] = []
-    for ch in sorted(set(by_channel) | set(markers)):
-        part = by_channel.get(ch)
-        offsets = part["offset"].to_numpy() if part is not None else np.empty(0)
-        start = 0
-        for off, _, ev in sorted(markers.get(ch, []), key=lambda m: (m[0], m[1])):
-            end = len(offsets) if off == np.inf else int(np.searchsorted(offsets, off, "left"))
-            if end > start:
-                events.extend(_chunks(ch, part.iloc[start:end]))
-                start = end
-            events.append(ev)
-        if part is not None and start < len(part):
-            events.extend(_chunks(ch, part.iloc[start:]))
-    return events
+    def __init__(self, rows: pd.DataFrame) -> None:
+        col = rows["timestamp"] if "timestamp" in rows.columns else None
+        self._col = col
+        self._i8 = None
+        if col is not None and pd.api.types.is_datetime64_any_dtype(col.dtype):
+            self._values = col.array
+            self._i8 = self._values.asi8   # NaT is the smallest int64: argmax skips it
 
-
-def _chunks(channel: str, part: pd.DataFrame) -> List[Records]:
-    """Split ``part`` into runs of equal epoch (``checkpoint_id``)."""
-    epochs = part["checkpoint_id"].to_numpy(dtype="float64", na_value=np.nan)
-    if len(epochs) == 0:
-        return []
-    same = (epochs[1:] == epochs[:-1]) | (np.isnan(epochs[1:]) & np.isnan(epochs[:-1]))
-    cuts = [0] + [i + 1 for i in np.flatnonzero(~same)] + [len(epochs)]
-    out = []
-    for a, b in zip(cuts, cuts[1:]):
-        e = epochs[a]
-        out.append(Records(channel, part.iloc[a:b], None if np.isnan(e) else int(e)))
-    return out
+    def between(self, a: int, b: int):
+        if self._col is None or b <= a:
+            return None
+        if self._i8 is None:
+            ts = self._col.iloc[a:b].max()
+        else:
+            ts = self._values[a + int(self._i8[a:b].argmax())]
+        return None if pd.isna(ts) else ts
 
 
 def _py(value):

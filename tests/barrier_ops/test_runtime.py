@@ -12,7 +12,8 @@ import pytest
 from barrier_ops.examples.word_count import CountPerKey
 from barrier_ops.keygroups import key_group_of
 from barrier_ops.options import OperatorOptions
-from barrier_ops.runtime import CONTROL_COLUMNS, KeyGroupRuntime, build_events
+from barrier_ops.input_events import build_events
+from barrier_ops.runtime import CONTROL_COLUMNS, KeyGroupRuntime
 from barrier_ops.testing import make_script, reference_counts, script_frame, snapshot_values
 from barrier_ops.alignment import Barrier, Records
 from state_backends.filesystem import FilesystemStateBackend
@@ -111,10 +112,10 @@ def test_build_events_orders_rows_per_channel_barrier_before_same_offset():
          "checkpoint_id": 1},
     ]]}
     pdf = script_frame(script["batches"][0])
-    events = build_events(pdf[pdf.kind == "record"], pdf[pdf.kind == "barrier"], pdf[:0])
+    events = build_events(pdf)
     assert [type(e).__name__ for e in events] == ["Records", "Barrier", "Records"]
     assert isinstance(events[1], Barrier) and events[1].offset == 5
-    assert isinstance(events[0], Records) and events[0].payload["offset"].tolist() == [4]
+    assert isinstance(events[0], Records) and events[0].payload.rows()["offset"].tolist() == [4]
     assert events[2].epoch == 2
 
 
@@ -153,14 +154,14 @@ def test_user_rows_with_a_misspelt_column_fail_naming_both():
     import pandas as pd
     import pytest
 
-    from barrier_ops.function import rows_to_dicts
+    from barrier_ops.function import rows_to_tuples
 
     columns = ["key", "value"]
-    assert rows_to_dicts([{"key": "a", "value": "1"}], columns) == [{"key": "a", "value": "1"}]
+    assert rows_to_tuples([{"key": "a", "value": "1"}], columns) == [("a", "1")]
     with pytest.raises(ValueError, match=r"unknown columns \['val'\] and without columns "
                                          r"\['value'\]"):
-        rows_to_dicts([{"key": "a", "val": "1"}], columns)
+        rows_to_tuples([{"key": "a", "val": "1"}], columns)
     with pytest.raises(ValueError, match=r"without columns \['value'\]"):
-        rows_to_dicts([{"key": "a"}], columns)
+        rows_to_tuples([{"key": "a"}], columns)
     with pytest.raises(ValueError, match=r"unknown columns \['extra'\]"):
-        rows_to_dicts(pd.DataFrame({"key": ["a"], "value": ["1"], "extra": [0]}), columns)
+        rows_to_tuples(pd.DataFrame({"key": ["a"], "value": ["1"], "extra": [0]}), columns)

@@ -1,0 +1,156 @@
+"""A micro-batch of one key group, cut into barrier-handler events without copying rows.
+
+Runs inside ``applyInPandasWithState`` on executors (and in unit tests).
+
+:func:`build_events` orders each channel's records by offset and cuts them at every barrier and
+epoch change. A chunk is a :class:`RowSlice`: positions into the batch's frame, not a copy of its
+rows. :func:`gather` turns the chunks the handler released into one frame with one copy, and
+:func:`group_by_key` splits that frame into each key's rows, keys in first-appearance order
+(like ``groupby(sort=False, dropna=False)``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Sequence, Tuple
+
+import numpy as np
+import pandas as pd
+
+from barrier_core.schema import KIND_BARRIER, KIND_RECORD, channel_name
+from barrier_ops.alignment import Barrier, CancellationBarrier, Records
+
+KIND_CANCEL = "cancel"
+
+
+class RowSlice:
+    """Rows ``positions`` of ``frame``, in that order: a chunk of one channel's records.
+
+    Notes
+    -----
+    Picklable and self-contained once pickled: a chunk the aligner holds back past the end of the
+    micro-batch is stored in ``GroupState`` with only its own rows.
+    """
+
+    __slots__ = ("frame", "positions")
+
+    def __init__(self, frame: pd.DataFrame, positions: np.ndarray) -> None:
+        self.frame = frame
+        self.positions = positions
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def rows(self) -> pd.DataFrame:
+        """The chunk's rows as a frame of their own (index ``0 .. n - 1``)."""
+        rows = self.frame.take(self.positions)
+        rows.index = pd.RangeIndex(len(rows))
+        return rows
+
+    def __getstate__(self):
+        return (self.rows(),)
+
+    def __setstate__(self, state) -> None:
+        self.frame = state[0]
+        self.positions = np.arange(len(self.frame))
+
+
+def build_events(pdf: pd.DataFrame) -> List[Any]:
+    """Per-channel events of one micro-batch in channel order, channels in sorted order.
+
+    A channel's records are sorted by offset (stable) and cut into :class:`Records` chunks
+    (payload a :class:`RowSlice` of ``pdf``) at every barrier / cancellation position (the marker
+    at offset X precedes the record at offset X) and wherever the records' epoch changes. Rows of
+    other kinds (acks) are not events.
+    """
+    kind = pdf["kind"].to_numpy()
+    markers = _markers(pdf.iloc[np.flatnonzero((kind == KIND_BARRIER) | (kind == KIND_CANCEL))])
+    records = np.flatnonzero(kind == KIND_RECORD)
+    by_channel: Dict[str, np.ndarray] = {}
+    if len(records):
+        topics, _ = pd.factorize(pdf["topic"].to_numpy()[records])
+        partitions = pdf["partition"].to_numpy(dtype="int64")[records]
+        offsets = pdf["offset"].to_numpy(dtype="int64")[records]
+        # by channel, then offset; lexsort is stable, so equal offsets keep their batch order
+        order = np.lexsort((offsets, partitions, topics))
+        channel_of = topics[order] * (int(partitions.max()) + 1) + partitions[order]
+        starts = np.flatnonzero(np.r_[True, channel_of[1:] != channel_of[:-1]])
+        for a, b in zip(starts, np.r_[starts[1:], len(order)]):
+            first = records[order[a]]
+            ch = channel_name(pdf["topic"].iat[first], int(pdf["partition"].iat[first]))
+            by_channel[ch] = records[order[a:b]]
+    epochs = pdf["checkpoint_id"].to_numpy(dtype="float64", na_value=np.nan)
+    offsets_all = pdf["offset"].to_numpy(dtype="float64", na_value=np.nan)
+    events: List[Any] = []
+    for ch in sorted(set(by_channel) | set(markers)):
+        positions = by_channel.get(ch, np.empty(0, dtype="int64"))
+        offsets = offsets_all[positions]
+        start = 0
+        for off, _, ev in sorted(markers.get(ch, []), key=lambda m: (m[0], m[1])):
+            end = len(offsets) if off == np.inf else int(np.searchsorted(offsets, off, "left"))
+            if end > start:
+                events.extend(_chunks(ch, pdf, positions[start:end], epochs))
+                start = end
+            events.append(ev)
+        if start < len(positions):
+            events.extend(_chunks(ch, pdf, positions[start:], epochs))
+    return events
+
+
+def _markers(rows: pd.DataFrame) -> Dict[str, list]:
+    """``channel -> [(offset or inf, checkpoint id, Barrier | CancellationBarrier)]``."""
+    markers: Dict[str, list] = {}
+    for row in rows.to_dict("records"):
+        ch = channel_name(row["topic"], int(row["partition"]))
+        cid = int(row["checkpoint_id"])
+        off = row["offset"]
+        off = None if off is None or pd.isna(off) else int(off)
+        if row["kind"] == KIND_CANCEL:
+            ev = CancellationBarrier(cid, ch)
+        else:
+            chans = row.get("barrier_channels")
+            ts = row.get("checkpoint_timestamp")
+            ev = Barrier(cid, ch, off, None if ts is None or pd.isna(ts) else int(ts),
+                         tuple(chans) if chans is not None else ())
+        markers.setdefault(ch, []).append((np.inf if off is None else off, cid, ev))
+    return markers
+
+
+def _chunks(channel: str, pdf: pd.DataFrame, positions: np.ndarray,
+            epochs: np.ndarray) -> List[Records]:
+    """Split one channel's ordered ``positions`` into runs of equal epoch (``checkpoint_id``)."""
+    run = epochs[positions]
+    same = (run[1:] == run[:-1]) | (np.isnan(run[1:]) & np.isnan(run[:-1]))
+    cuts = np.r_[0, np.flatnonzero(~same) + 1, len(run)]
+    out = []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        e = run[a]
+        out.append(Records(channel, RowSlice(pdf, positions[a:b]), None if np.isnan(e) else int(e)))
+    return out
+
+
+def gather(payloads: Sequence[Any]) -> pd.DataFrame:
+    """The rows of released chunks, in order, as one frame (index ``0 .. n - 1``).
+
+    Chunks of this micro-batch share its frame and cost one copy; chunks held back from an
+    earlier batch (or DataFrames pickled by an older release) are concatenated.
+    """
+    first = payloads[0]
+    if isinstance(first, RowSlice) and all(
+            isinstance(p, RowSlice) and p.frame is first.frame for p in payloads):
+        positions = (first.positions if len(payloads) == 1
+                     else np.concatenate([p.positions for p in payloads]))
+        return RowSlice(first.frame, positions).rows()
+    parts = [p.rows() if isinstance(p, RowSlice) else p for p in payloads]
+    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+
+
+def group_by_key(rows: pd.DataFrame, key_col: str) -> Tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """``rows`` reordered so each key's rows are contiguous (stable), the keys in order of first
+    appearance (a null key is one key), and the bounds: key ``i`` owns ``bounds[i]:bounds[i+1]``.
+    """
+    codes, keys = pd.factorize(rows[key_col].to_numpy(), use_na_sentinel=False)
+    order = np.argsort(codes, kind="stable")
+    grouped = rows.take(order)
+    grouped.index = pd.RangeIndex(len(grouped))
+    bounds = np.r_[0, np.cumsum(np.bincount(codes, minlength=len(keys)))]
+    return grouped, keys, bounds
