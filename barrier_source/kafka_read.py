@@ -189,7 +189,7 @@ def _fetch_range(client: FetchClient, topic: str, partition: int, start: int, un
             raise BarrierKafkaError(f"Fetching {where} at offset {offset} failed with Kafka error "
                                     f"code {data.error_code}.")
         buf = data.records or b""
-        batches = rd.iter_batches(buf) if buf else []
+        batches = rd.iter_batches(buf, until) if buf else []
         if not batches:
             limit = data.last_stable_offset if client.isolation_level == 1 else \
                 data.high_watermark
@@ -212,6 +212,8 @@ def _fetch_range(client: FetchClient, topic: str, partition: int, start: int, un
         for hdr, pos in batches:
             if hdr.last_offset < offset:
                 continue
+            if hdr.base_offset >= until:
+                break  # past the range: a small range's fetch brings up to 1 MiB beyond it
             if client.isolation_level == 1 and hdr.is_transactional:
                 while aborted and aborted[0].first_offset <= hdr.last_offset:
                     aborted_pids.add(aborted.pop(0).producer_id)

@@ -60,9 +60,10 @@ class BatchHeader:
         return bool(self.attributes & _ATTR_TRANSACTIONAL)
 
 
-def iter_batches(buf: bytes) -> List[Tuple[BatchHeader, int]]:
+def iter_batches(buf: bytes, until: Optional[int] = None) -> List[Tuple[BatchHeader, int]]:
     """(header, start position) of every complete batch in ``buf`` (a trailing partial batch,
-    cut by the fetch size limit, is ignored)."""
+    cut by the fetch size limit, is ignored). With ``until``, parsing stops after the first batch
+    that reaches offset ``until - 1``: the rest of a large fetch is of no use to a range read."""
     out = []
     pos, n = 0, len(buf)
     while pos + HEADER_SIZE <= n:
@@ -76,6 +77,8 @@ def iter_batches(buf: bytes) -> List[Tuple[BatchHeader, int]]:
         out.append((BatchHeader(base, size, magic, attrs, last_delta, base_ts, max_ts, pid,
                                 count), pos))
         pos += size
+        if until is not None and base + last_delta >= until - 1:
+            break
     return out
 
 

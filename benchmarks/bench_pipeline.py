@@ -38,6 +38,13 @@ from benchmarks.bench_sink import make_topic  # noqa: E402
 from benchmarks.bench_source import spark_with_kafka_connector  # noqa: E402
 
 VARIANTS = ("native", "eo per-key", "eo per-record")
+#: ``--variants`` may add these: the same pipelines with the input narrowed to the columns the
+#: operator and the function read (``LEAN_COLUMNS``), as a user can do. Spark's
+#: ``groupBy().count()`` drops unread columns by itself; ``applyInPandasWithState`` cannot know
+#: what the function reads, so every input column crosses the shuffle and both Arrow hops.
+LEAN_VARIANTS = ("eo per-key lean", "eo per-record lean")
+LEAN_COLUMNS = ("key", "topic", "partition", "offset", "timestamp", "kind", "checkpoint_id",
+                "checkpoint_timestamp", "barrier_channels")
 
 
 class LatestCount(KeyedProcessFunction):
@@ -108,7 +115,8 @@ def start_native(spark, bootstrap, src, out, work, batch, trigger_s=None):
                          trigger_s).start()
 
 
-def start_exactly_once(spark, bootstrap, src, out, work, batch, per_key: bool, trigger_s=None):
+def start_exactly_once(spark, bootstrap, src, out, work, batch, per_key: bool, trigger_s=None,
+                       lean: bool = False):
     from barrier_ops.examples.running_count import OUTPUT_SCHEMA, RunningCount
     from barrier_ops.operator import keyed_process
 
@@ -118,6 +126,8 @@ def start_exactly_once(spark, bootstrap, src, out, work, batch, per_key: bool, t
           .option("maxOffsetsPerTrigger", str(batch))
           .option("execution.checkpointing.interval-batches", "1")
           .option("checkpoint.storage", storage).load())
+    if lean:
+        df = df.select(*LEAN_COLUMNS)
     fn = LatestCount() if per_key else RunningCount()
     counted = keyed_process(df, "key", fn, OUTPUT_SCHEMA, operator_id="count",
                             state_backend=storage, max_parallelism=16)
@@ -198,7 +208,8 @@ def one_run(spark, variant, bootstrap, src, records, keys, batch):
         query = start_native(spark, bootstrap, src, out, work, batch)
     else:
         query = start_exactly_once(spark, bootstrap, src, out, work, batch,
-                                   per_key=variant == "eo per-key")
+                                   per_key=variant.startswith("eo per-key"),
+                                   lean=variant.endswith(" lean"))
     try:
         done = wait_for_final_counts(bootstrap, out, final_counts(records, keys), 1800)
         seconds = time.monotonic() - t0
@@ -217,10 +228,14 @@ def main() -> int:
     parser.add_argument("--keys", default="997", help="comma-separated key counts")
     parser.add_argument("--batches", default="50000", help="comma-separated batch sizes")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help=f"comma-separated, of {VARIANTS + LEAN_VARIANTS}")
     args = parser.parse_args()
     bootstrap = os.environ.get("BARRIER_KAFKA_BOOTSTRAP", "127.0.0.1:39092")
     variants = [v for v in args.variants.split(",") if v]
+    unknown = [v for v in variants if v not in VARIANTS + LEAN_VARIANTS]
+    if unknown:
+        parser.error(f"unknown variants {unknown}; choose from {VARIANTS + LEAN_VARIANTS}")
 
     spark = spark_with_kafka_connector("bench-pipeline", shuffle_partitions=2)
     table, attribution = [], {}
@@ -243,18 +258,18 @@ def main() -> int:
                               base / med if base else float("nan")))
     print(f"\n{args.records} records, 4 input partitions, read_committed until every key's "
           f"final count is visible; {args.rounds} alternated rounds")
-    print(f"{'keys':>7} {'batch':>7} {'pipeline':<15} {'best rec/s':>11} {'median rec/s':>13} "
+    print(f"{'keys':>7} {'batch':>7} {'pipeline':<18} {'best rec/s':>11} {'median rec/s':>13} "
           f"{'vs native':>10}")
     for keys, batch, v, best, med, ratio in table:
-        print(f"{keys:>7} {batch:>7} {v:<15} {best:>11,.0f} {med:>13,.0f} {ratio:>9.2f}x")
+        print(f"{keys:>7} {batch:>7} {v:<18} {best:>11,.0f} {med:>13,.0f} {ratio:>9.2f}x")
     print("\nwhere one batch's wall time goes, median ms over the last round's batches "
           "(see attribute(); '-' = not reported by that pipeline)")
-    print(f"{'keys':>7} {'batch':>7} {'pipeline':<15} {'n':>4} "
+    print(f"{'keys':>7} {'batch':>7} {'pipeline':<18} {'n':>4} "
           + " ".join(f"{k:>{max(8, len(k))}}" for k in ATTRIBUTION))
     for (keys, batch, v), phases in attribution.items():
         cells = " ".join(f"{'-' if phases[k] != phases[k] else f'{phases[k]:.0f}':>{max(8, len(k))}}"
                          for k in ATTRIBUTION)
-        print(f"{keys:>7} {batch:>7} {v:<15} {phases['batches']:>4} {cells}")
+        print(f"{keys:>7} {batch:>7} {v:<18} {phases['batches']:>4} {cells}")
     spark.stop()
     return 0
 
