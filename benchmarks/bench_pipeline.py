@@ -17,7 +17,8 @@ Pipelines (each starts from the earliest offset of the same 4-partition topic, w
 Every output value is ``<key>:<count>``. A run ends when a ``read_committed`` consumer of the
 output has seen the final count of every key (for the 2PC sink: when the checkpoint holding the
 last input completed and its transactions committed). Throughput = input records / seconds from
-query start to that moment. Variants alternate within each round (A B C A B C ...); the table
+query start to that moment. After one uncounted warm-up round, variants alternate within each
+round (A B C A B C ...); the table
 prints the best and the median per variant and the ratio of medians to ``native``.
 """
 
@@ -228,6 +229,9 @@ def main() -> int:
     parser.add_argument("--keys", default="997", help="comma-separated key counts")
     parser.add_argument("--batches", default="50000", help="comma-separated batch sizes")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="uncounted rounds before the first measured one (JIT, Python "
+                             "workers, connections)")
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help=f"comma-separated, of {VARIANTS + LEAN_VARIANTS}")
     args = parser.parse_args()
@@ -244,10 +248,15 @@ def main() -> int:
         produce(bootstrap, src, args.records, keys)
         for batch in [int(b) for b in args.batches.split(",")]:
             times = {v: [] for v in variants}
-            for _ in range(args.rounds):
+            warmup, args.warmup = args.warmup, 0  # before the first configuration only
+            for round_no in range(warmup + args.rounds):
                 for v in variants:
                     seconds, phases = one_run(spark, v, bootstrap, src, args.records, keys,
                                               batch)
+                    if round_no < warmup:
+                        print(f"keys {keys} batch {batch} {v}: {seconds:.1f}s (warm-up)",
+                              flush=True)
+                        continue
                     times[v].append(seconds)
                     attribution[(keys, batch, v)] = phases  # the last round's
                     print(f"keys {keys} batch {batch} {v}: {seconds:.1f}s", flush=True)
@@ -257,7 +266,8 @@ def main() -> int:
                 table.append((keys, batch, v, args.records / best, args.records / med,
                               base / med if base else float("nan")))
     print(f"\n{args.records} records, 4 input partitions, read_committed until every key's "
-          f"final count is visible; {args.rounds} alternated rounds")
+          f"final count is visible; {args.rounds} alternated rounds after a warm-up; "
+          f"load average {os.getloadavg()[0]:.1f}")
     print(f"{'keys':>7} {'batch':>7} {'pipeline':<18} {'best rec/s':>11} {'median rec/s':>13} "
           f"{'vs native':>10}")
     for keys, batch, v, best, med, ratio in table:
