@@ -68,8 +68,9 @@ def build_events(pdf: pd.DataFrame) -> List[Any]:
     by_channel: Dict[str, np.ndarray] = {}
     if len(records):
         topics, _ = pd.factorize(pdf["topic"].to_numpy()[records])
-        partitions = pdf["partition"].to_numpy(dtype="int64")[records]
-        offsets = pdf["offset"].to_numpy(dtype="int64")[records]
+        # records only: control rows may have null partitions / offsets (a float column)
+        partitions = pdf["partition"].to_numpy()[records].astype("int64")
+        offsets = pdf["offset"].to_numpy()[records].astype("int64")
         # by channel, then offset; lexsort is stable, so equal offsets keep their batch order
         order = np.lexsort((offsets, partitions, topics))
         channel_of = topics[order] * (int(partitions.max()) + 1) + partitions[order]

@@ -120,3 +120,16 @@ def test_records_held_back_as_frames_by_an_older_release_are_processed(tmp_path)
                             script_frame(second), 0)
     records = out2[out2.kind == "record"]
     assert records["count"].tolist() == [3] and records["checkpoint_id"].tolist() == [2]
+
+
+def test_ack_rows_with_null_partitions_do_not_disturb_the_record_chunks():
+    """Upstream ack rows carry no partition or offset: those columns arrive as floats with NaN."""
+    import warnings
+
+    pdf = pd.DataFrame({"kind": ["record", "ack", "record"], "topic": ["t", None, "t"],
+                        "partition": [0, None, 0], "offset": [3, None, 2],
+                        "key": ["a", None, "b"], "checkpoint_id": [1, 1, 1]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        events = build_events(pdf)
+    assert [(e.channel, e.payload.rows()["key"].tolist()) for e in events] == [("t:0", ["b", "a"])]
