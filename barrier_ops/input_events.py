@@ -4,9 +4,9 @@ Runs inside ``applyInPandasWithState`` on executors (and in unit tests).
 
 :func:`build_events` orders each channel's records by offset and cuts them at every barrier and
 epoch change. A chunk is a :class:`RowSlice`: positions into the batch's frame, not a copy of its
-rows. :func:`gather` turns the chunks the handler released into one frame with one copy, and
-:func:`group_by_key` splits that frame into each key's rows, keys in first-appearance order
-(like ``groupby(sort=False, dropna=False)``).
+rows. :func:`gather` names the rows of the chunks the handler released, and :func:`group_by_key`
+copies them once, each key's rows together, keys in first-appearance order (like
+``groupby(sort=False, dropna=False)``).
 """
 
 from __future__ import annotations
@@ -129,29 +129,29 @@ def _chunks(channel: str, pdf: pd.DataFrame, positions: np.ndarray,
     return out
 
 
-def gather(payloads: Sequence[Any]) -> pd.DataFrame:
-    """The rows of released chunks, in order, as one frame (index ``0 .. n - 1``).
+def gather(payloads: Sequence[Any]) -> Tuple[pd.DataFrame, np.ndarray]:
+    """``(frame, positions)``: the rows of released chunks, in order, not copied yet.
 
-    Chunks of this micro-batch share its frame and cost one copy; chunks held back from an
-    earlier batch (or DataFrames pickled by an older release) are concatenated.
+    Chunks of this micro-batch share its frame; chunks held back from an earlier batch (or
+    DataFrames pickled by an older release) are concatenated first.
     """
     first = payloads[0]
     if isinstance(first, RowSlice) and all(
             isinstance(p, RowSlice) and p.frame is first.frame for p in payloads):
         positions = (first.positions if len(payloads) == 1
                      else np.concatenate([p.positions for p in payloads]))
-        return RowSlice(first.frame, positions).rows()
+        return first.frame, positions
     parts = [p.rows() if isinstance(p, RowSlice) else p for p in payloads]
-    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    return frame, np.arange(len(frame))
 
 
-def group_by_key(rows: pd.DataFrame, key_col: str) -> Tuple[pd.DataFrame, np.ndarray, np.ndarray]:
-    """``rows`` reordered so each key's rows are contiguous (stable), the keys in order of first
-    appearance (a null key is one key), and the bounds: key ``i`` owns ``bounds[i]:bounds[i+1]``.
-    """
-    codes, keys = pd.factorize(rows[key_col].to_numpy(), use_na_sentinel=False)
+def group_by_key(frame: pd.DataFrame, positions: np.ndarray,
+                 key_col: str) -> Tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """Rows ``positions`` of ``frame`` in one copy (index ``0 .. n - 1``), reordered so each key's
+    rows are contiguous (stable); the keys in order of first appearance (a null key is one key);
+    and the bounds: key ``i`` owns rows ``bounds[i]:bounds[i+1]``."""
+    codes, keys = pd.factorize(frame[key_col].to_numpy()[positions], use_na_sentinel=False)
     order = np.argsort(codes, kind="stable")
-    grouped = rows.take(order)
-    grouped.index = pd.RangeIndex(len(grouped))
     bounds = np.r_[0, np.cumsum(np.bincount(codes, minlength=len(keys)))]
-    return grouped, keys, bounds
+    return RowSlice(frame, positions[order]).rows(), keys, bounds

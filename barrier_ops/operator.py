@@ -29,7 +29,8 @@ from barrier_ops.exceptions import InvalidOptionError
 from barrier_ops.function import as_keyed_function
 from barrier_ops.keygroups import DEFAULT_MAX_PARALLELISM, key_group_column
 from barrier_ops.options import EXACTLY_ONCE, OperatorOptions
-from barrier_ops.runtime import CONTROL_COLUMNS, KeyGroupRuntime
+from barrier_ops.output_rows import CONTROL_COLUMNS
+from barrier_ops.runtime import KeyGroupRuntime
 from barrier_core.schema import KIND_ACK, KIND_RECORD
 
 logger = logging.getLogger(__name__)

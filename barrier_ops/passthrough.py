@@ -14,10 +14,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from barrier_core.schema import KIND_RECORD
-
-#: columns a keyed operator or a sink needs on every row (those present are kept)
-CONTROL_COLUMNS = ("topic", "partition", "offset", "timestamp", "kind", "checkpoint_id",
-                   "checkpoint_timestamp", "barrier_channels", "ack")
+# the columns a keyed operator or a sink needs on every row (those present are kept)
+from barrier_ops.output_rows import CONTROL_COLUMNS
 
 
 def is_record() -> Column:

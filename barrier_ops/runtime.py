@@ -28,8 +28,8 @@ import pandas as pd
 from barrier_core.ack import AckMetrics, Acknowledgement, offsets_by_topic
 from barrier_ops.exceptions import RestoreError
 from barrier_ops.function import KeyedProcessFunction, rows_to_tuples
-from barrier_ops.input_events import KIND_CANCEL, build_events, gather, group_by_key
-from barrier_ops.output_rows import CONTROL_COLUMNS, OutputRows
+from barrier_ops.input_events import build_events, gather, group_by_key
+from barrier_ops.output_rows import OutputRows
 from barrier_ops.options import AT_LEAST_ONCE, OperatorOptions
 from barrier_ops.state import KeyedContext, KeyedStateStore
 from barrier_ops.alignment import (BarrierAligner, BarrierTracker, CheckpointAborted,
@@ -40,7 +40,6 @@ from state_backends.base import operator_snapshot_name
 logger = logging.getLogger(__name__)
 
 SNAPSHOT_VERSION = 1
-__all__ = ["CONTROL_COLUMNS", "KIND_CANCEL", "KeyGroupRuntime", "output_channel", "output_topic"]
 
 
 def output_topic(operator_id: str) -> str:
@@ -156,7 +155,7 @@ class KeyGroupRuntime:
     def _process_segment(self, segment: List[Any]) -> None:
         if not segment:
             return
-        rows, keys, bounds = group_by_key(gather(segment), self._key_col)
+        rows, keys, bounds = group_by_key(*gather(segment), self._key_col)
         latest = _LatestTimestamp(rows)
         for i, key in enumerate(keys):
             a, b = int(bounds[i]), int(bounds[i + 1])

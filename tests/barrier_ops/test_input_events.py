@@ -55,16 +55,17 @@ def test_gather_keeps_release_order_across_batches_and_old_frame_payloads():
     held = pickle.loads(pickle.dumps(RowSlice(frame, np.array([4, 5]))))  # an earlier batch
     old_release = frame.iloc[[0]].reset_index(drop=True)                   # a DataFrame payload
     now = [held, old_release, RowSlice(frame, np.array([2, 3]))]
-    assert gather(now)["offset"].tolist() == [4, 5, 0, 2, 3]
+    assert RowSlice(*gather(now)).rows()["offset"].tolist() == [4, 5, 0, 2, 3]
     same_batch = [RowSlice(frame, np.array([3])), RowSlice(frame, np.array([1, 2]))]
-    assert gather(same_batch)["offset"].tolist() == [3, 1, 2]
+    frame, positions = gather(same_batch)
+    assert frame is same_batch[0].frame and positions.tolist() == [3, 1, 2]  # no copy yet
 
 
 @pytest.mark.parametrize("keys", [["b", "a", None, "b", "c", None, "a"],
                                   [b"\x01", b"\x00", b"\x01"], [3, 1, 3, 2, 1]])
 def test_group_by_key_matches_pandas_groupby_first_appearance_order(keys):
     rows = pd.DataFrame({"key": keys, "n": range(len(keys))})
-    grouped, uniques, bounds = group_by_key(rows, "key")
+    grouped, uniques, bounds = group_by_key(rows, np.arange(len(rows)), "key")
     got = [(None if pd.isna(k) else k, grouped["n"].iloc[bounds[i]:bounds[i + 1]].tolist())
            for i, k in enumerate(uniques)]
     want = [(None if pd.isna(k) else k, sub["n"].tolist())

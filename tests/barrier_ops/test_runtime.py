@@ -13,7 +13,8 @@ from barrier_ops.examples.word_count import CountPerKey
 from barrier_ops.keygroups import key_group_of
 from barrier_ops.options import OperatorOptions
 from barrier_ops.input_events import build_events
-from barrier_ops.runtime import CONTROL_COLUMNS, KeyGroupRuntime
+from barrier_ops.output_rows import CONTROL_COLUMNS
+from barrier_ops.runtime import KeyGroupRuntime
 from barrier_ops.testing import make_script, reference_counts, script_frame, snapshot_values
 from barrier_ops.alignment import Barrier, Records
 from state_backends.filesystem import FilesystemStateBackend
