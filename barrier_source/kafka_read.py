@@ -213,7 +213,7 @@ def _fetch_range(client: FetchClient, topic: str, partition: int, start: int, un
             if hdr.last_offset < offset:
                 continue
             if hdr.base_offset >= until:
-                break  # past the range: a small range's fetch brings up to 1 MiB beyond it
+                break  # past the range: a fetch brings up to PARTITION_FETCH_MAX_BYTES beyond it
             if client.isolation_level == 1 and hdr.is_transactional:
                 while aborted and aborted[0].first_offset <= hdr.last_offset:
                     aborted_pids.add(aborted.pop(0).producer_id)

@@ -18,8 +18,8 @@ Every output value is ``<key>:<count>``. A run ends when a ``read_committed`` co
 output has seen the final count of every key (for the 2PC sink: when the checkpoint holding the
 last input completed and its transactions committed). Throughput = input records / seconds from
 query start to that moment. After one uncounted warm-up round, variants alternate within each
-round (A B C A B C ...); the table
-prints the best and the median per variant and the ratio of medians to ``native``.
+round (A B C A B C ...); the table prints the best and the median per variant and the ratio of
+medians to ``native``.
 """
 
 from __future__ import annotations
@@ -243,12 +243,12 @@ def main() -> int:
 
     spark = spark_with_kafka_connector("bench-pipeline", shuffle_partitions=2)
     table, attribution = [], {}
+    warmup = args.warmup  # rounds before the first configuration only
     for keys in [int(k) for k in args.keys.split(",")]:
         src = make_topic(bootstrap, 4)
         produce(bootstrap, src, args.records, keys)
         for batch in [int(b) for b in args.batches.split(",")]:
             times = {v: [] for v in variants}
-            warmup, args.warmup = args.warmup, 0  # before the first configuration only
             for round_no in range(warmup + args.rounds):
                 for v in variants:
                     seconds, phases = one_run(spark, v, bootstrap, src, args.records, keys,
@@ -260,6 +260,7 @@ def main() -> int:
                     times[v].append(seconds)
                     attribution[(keys, batch, v)] = phases  # the last round's
                     print(f"keys {keys} batch {batch} {v}: {seconds:.1f}s", flush=True)
+            warmup = 0
             base = statistics.median(times["native"]) if "native" in times else None
             for v in variants:
                 best, med = min(times[v]), statistics.median(times[v])

@@ -6,10 +6,10 @@ source on the same topic, in the same run (not a timed test).
 Steps: create an 8-partition topic, fill it with 100-byte records using Kafka's own
 ProducerPerformance tool (fast), then read it completely with ``Trigger.AvailableNow`` and the
 same ``maxOffsetsPerTrigger`` for: Spark's Kafka source (``spark-sql-kafka-0-10`` from Maven
-Central), barrier-kafka with a checkpoint every batch, and barrier-kafka with checkpoints off.
-Kafka's own ``ConsumerPerformance`` tool reads the
-same topic too (the machine's limit). Each variant runs once to warm up, then ``--repeats``
-alternated rounds; the table gives best and median records/s and the issue's ratios.
+Central), barrier-kafka with a checkpoint every batch, barrier-kafka with checkpoints off, and
+Kafka's own ``ConsumerPerformance`` tool (the machine's limit). Each variant runs once to warm
+up, then ``--repeats`` alternated rounds; the table gives best and median records/s and the
+issue's ratios.
 """
 
 from __future__ import annotations
@@ -115,6 +115,11 @@ def consumer_performance(bootstrap: str, topic: str, records: int) -> float:
     return consumed / float(figures["nMsg.sec"])
 
 
+ON = "barrier-kafka, checkpoint every batch"
+OFF = "barrier-kafka, checkpoints off"
+PERF = "kafka ConsumerPerformance"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=2_000_000)
@@ -161,11 +166,6 @@ def main() -> int:
         admin.close()
     print_table(args.records, times, loads)
     return 0
-
-
-ON = "barrier-kafka, checkpoint every batch"
-OFF = "barrier-kafka, checkpoints off"
-PERF = "kafka ConsumerPerformance"
 
 
 def print_table(n: int, times: dict, loads: list) -> None:
