@@ -54,6 +54,20 @@ def _binary_list(column) -> list:
     return column.to_pylist()
 
 
+def _binary_array(column):
+    """An Arrow string or binary column as ``binary`` / ``large_binary`` (UTF-8 for strings, as
+    ``_bytes``), or None for other types."""
+    import pyarrow as pa
+
+    if pa.types.is_string(column.type):
+        return column.cast(pa.binary())
+    if pa.types.is_large_string(column.type):
+        return column.cast(pa.large_binary())
+    if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+        return column
+    return None
+
+
 def validate_schema(schema, opts: KafkaSinkOptions) -> None:
     names = set(schema.fieldNames())
     missing = [c for c in ("kind", "checkpoint_id", "value") if c not in names]
@@ -208,6 +222,8 @@ class KafkaTwoPhaseCommitWriter(TwoPhaseCommitWriter):
     def invoke_batch(self, txn: TransactionalWriter, batch) -> None:
         """Send every record row of an Arrow batch (one epoch): columns are converted once per
         batch (strings encoded to UTF-8 by Arrow), not once per row (executor)."""
+        if self._send_columns(txn, batch):
+            return
         n = batch.num_rows
         values = _binary_list(batch.column("value"))
         keys = _binary_list(batch.column("key")) if self._has["key"] else None
@@ -225,6 +241,29 @@ class KafkaTwoPhaseCommitWriter(TwoPhaseCommitWriter):
             send(topic or topics[i], value=values[i], key=keys[i] if keys is not None else None,
                  headers=_headers(headers[i]) if headers is not None else None,
                  partition=partitions[i] if partitions is not None else None)
+
+    def _send_columns(self, txn: TransactionalWriter, batch) -> bool:
+        """Send the batch in whole record batches where it qualifies: binary or string key and
+        value, one topic, no headers (executor)."""
+        if self._has["headers"] and batch.column("headers").null_count < batch.num_rows:
+            return False
+        topic = self.opts.topic
+        if topic is None:
+            topics = batch.column("topic")
+            if topics.null_count or len(topics.unique()) != 1:
+                return False
+            topic = topics[0].as_py()
+        keys = _binary_array(batch.column("key")) if self._has["key"] else None
+        values = _binary_array(batch.column("value"))
+        if values is None or (self._has["key"] and keys is None):
+            return False
+        if keys is None:
+            import pyarrow as pa
+
+            keys = pa.nulls(batch.num_rows, pa.binary())
+        partitions = (batch.column("partition")
+                      if self._has["partition"] and not self.opts.topic else None)
+        return txn.send_columns(topic, keys, values, partitions)
 
     def pre_commit(self, txn: TransactionalWriter):
         """Flush and keep the transaction open; return its handle (executor)."""

@@ -178,6 +178,19 @@ class TransactionalWriter:
             raise
         self._records += 1
 
+    def send_columns(self, topic: str, keys, values, partitions=None) -> bool:
+        """Send a run of records given as Arrow binary arrays in whole record batches; False
+        (nothing sent) where the run needs ``send()`` row by row
+        (:meth:`~barrier_sink.record_appender.RecordAppender.append_columns`)."""
+        try:
+            sent = self._appender.append_columns(topic, keys, values, partitions)
+        except Exception as exc:
+            self._raise_if_refused(exc)
+            raise
+        if sent:
+            self._records += len(values)
+        return sent
+
     def _raise_if_refused(self, cause: Optional[BaseException] = None) -> None:
         """Raise ``RecordsNotWrittenError`` if Kafka refused a record of this transaction."""
         tm = self._producer._transaction_manager

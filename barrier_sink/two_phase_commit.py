@@ -198,21 +198,30 @@ class TwoPhaseCommitWriter(_StreamWriterBase, ABC):
 
     def _write_arrow(self, batch, txn_of, message: SinkCommitMessage) -> None:
         """Records of one Arrow batch go to their epochs' transactions in runs of one epoch (in
-        order); the few barrier and ack rows become dicts (executor)."""
-        kinds = batch.column("kind").to_pylist()
-        epochs = batch.column("checkpoint_id").to_pylist()
-        start = None
-        for i in range(len(kinds) + 1):
-            is_record = i < len(kinds) and kinds[i] == KIND_RECORD
-            if start is not None and (not is_record or epochs[i] != epochs[start]):
-                self.invoke_batch(txn_of(epochs[start]), batch.slice(start, i - start))
-                message.records += i - start
-                start = None
-            if is_record:
-                if start is None:
-                    start = i
-            elif i < len(kinds):
-                self._protocol_row(kinds[i], batch.slice(i, 1).to_pylist()[0], message)
+        order, found with numpy rather than row by row); the few barrier and ack rows become
+        dicts (executor)."""
+        import numpy as np
+        import pyarrow.compute as pc
+
+        n = batch.num_rows
+        if not n:
+            return
+        is_record = np.asarray(pc.equal(batch.column("kind"), KIND_RECORD).fill_null(False))
+        epochs = batch.column("checkpoint_id")
+        no_epoch = np.asarray(epochs.is_null())
+        epoch = np.asarray(epochs.fill_null(0)).astype(np.int64)
+        starts = np.ones(n, dtype=bool)
+        starts[1:] = ((is_record[1:] != is_record[:-1]) | (epoch[1:] != epoch[:-1])
+                      | (no_epoch[1:] != no_epoch[:-1]) | ~is_record[1:])
+        bounds = np.append(np.nonzero(starts)[0], n).tolist()
+        for start, end in zip(bounds, bounds[1:]):
+            if is_record[start]:
+                run_epoch = None if no_epoch[start] else int(epoch[start])
+                self.invoke_batch(txn_of(run_epoch), batch.slice(start, end - start))
+                message.records += end - start
+            else:
+                row = batch.slice(start, 1).to_pylist()[0]
+                self._protocol_row(row["kind"], row, message)
 
     @staticmethod
     def _protocol_row(kind, row, message: SinkCommitMessage) -> None:

@@ -1,11 +1,14 @@
 """Executor cost per record of writing into a sink transaction (issue 15): ``KafkaProducer.send()``
-against the sink's :class:`~barrier_sink.record_appender.RecordAppender`, side by side in one run.
+against the sink's :class:`~barrier_sink.record_appender.RecordAppender`, record by record and in
+whole record batches from Arrow columns (``append_columns``, what the sink's Arrow writer uses),
+side by side in one run.
 
 Each round writes ``--records`` keyed records (``--keys`` distinct keys, values like the keyed
 count's ``<key>:<count>``) into one transaction on a 4-partition topic, then flushes (the
 pre-commit) and aborts it from the driver side (not timed). The two ways alternate (A B A B);
 the table prints microseconds per record for handing records over and for handing over plus the
-flush, best and median over the rounds, and the ratio of medians.
+flush, best and median over the rounds, and the ratios of medians. The columns way starts from
+Arrow arrays (as the sink gets them), the other two from Python bytes.
 
     BARRIER_KAFKA_BOOTSTRAP=<broker> python benchmarks/bench_sink_send.py [--records 50000]
 """
@@ -21,14 +24,21 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-WAYS = ("KafkaProducer.send", "RecordAppender")
+WAYS = ("KafkaProducer.send", "RecordAppender", "append_columns")
 
 
 def one_round(config, topic, keys, values, way):
-    from barrier_sink.transaction import TransactionalWriter, abort_handle
+    from barrier_sink.transaction import TransactionalWriter
 
     writer = TransactionalWriter(config, "bench-send-" + uuid.uuid4().hex[:8], 60_000, 0, 0,
                                  1).open()
+    if way == WAYS[2]:
+        import pyarrow as pa
+
+        key_array, value_array = pa.array(keys, pa.binary()), pa.array(values, pa.binary())
+        started = time.perf_counter()
+        assert writer.send_columns(topic, key_array, value_array)
+        return _finish(config, writer, len(keys), started)
     if way == WAYS[0]:
         producer, failures = writer._producer, writer._failures
 
@@ -40,12 +50,18 @@ def one_round(config, topic, keys, values, way):
     started = time.perf_counter()
     for key, value in zip(keys, values):
         send(topic, value, key=key)
+    return _finish(config, writer, len(keys), started)
+
+
+def _finish(config, writer, n, started):
+    from barrier_sink.transaction import abort_handle
+
     handed = time.perf_counter()
     handle = writer.pre_commit()
     flushed = time.perf_counter()
     writer.close_without_finishing()
     abort_handle(config, handle)
-    n = len(keys)
+    assert handle.records == n
     return (handed - started) / n * 1e6, (flushed - started) / n * 1e6
 
 
@@ -86,8 +102,9 @@ def main() -> int:
     for way in WAYS:
         print(f"{way:<20} {min(hand[way]):>17.1f} {statistics.median(hand[way]):>8.1f} "
               f"{min(total[way]):>15.1f} {statistics.median(total[way]):>8.1f}")
-    print(f"send() / appender, medians with flush: "
-          f"{statistics.median(total[WAYS[0]]) / statistics.median(total[WAYS[1]]):.2f}x")
+    for way in WAYS[1:]:
+        print(f"send() / {way}, medians with flush: "
+              f"{statistics.median(total[WAYS[0]]) / statistics.median(total[way]):.2f}x")
     return 0
 
 

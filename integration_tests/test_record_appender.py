@@ -1,15 +1,22 @@
 """The sink's record appender (issue 15: half the Python time per record of ``send()``) puts
 every record exactly where ``KafkaProducer.send()`` puts it: the same partition, bytes, headers
-and order, against the real broker."""
+and order, against the real broker. Its whole-batch path (``TransactionalWriter.send_columns``)
+too; batches the broker refuses as too large are split and written, and a refused record fails
+the pre-commit."""
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 
+import pyarrow as pa
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.partitioner.default import murmur2
 
+from barrier_sink.exceptions import SinkError
+from barrier_sink.lingering import list_lingering
 from barrier_sink.record_appender import RecordAppender
 from barrier_sink.transaction import EndResult, TransactionalWriter, commit_handle
 
@@ -87,3 +94,73 @@ def test_custom_partitioners_and_serializers_keep_send():
                   "max_request_size": 1 << 20}
 
     assert RecordAppender(Producer(), lambda e: None)._fast is False
+
+
+@pytest.mark.parametrize("compression", [None, "gzip"])
+def test_whole_batches_write_what_send_writes_in_partition_order(bootstrap, topic_factory,
+                                                                 compression):
+    topic = topic_factory(4)
+    conf = {"bootstrap_servers": bootstrap, "compression_type": compression}
+    keys = [b"key-%d" % (i % 61) + b"x" * (i % 7) for i in range(6000)]
+    values = [None if i % 97 == 0 else b"value-%d-" % i + b"v" * (i % 300) for i in range(6000)]
+    writer = TransactionalWriter(conf, "whole-" + uuid.uuid4().hex, 60000, 0, 0, 1).open()
+    padded = pa.array([b"pad"] * 5 + keys, pa.binary()).slice(5)  # a sliced array, as Spark's
+    assert writer.send_columns(topic, padded.slice(0, 4000), pa.array(values[:4000], pa.binary()))
+    writer.send(topic, value=b"one by one", key=b"key-7")  # interleaved per-record path
+    assert writer.send_columns(topic, padded.slice(4000), pa.array(values[4000:], pa.binary()))
+    handle = writer.pre_commit()
+    writer.close_without_finishing()
+    assert handle.records == 6001
+    assert commit_handle(conf, handle) is EndResult.COMMITTED
+
+    expected = {p: [] for p in range(4)}
+    records = (list(zip(keys[:4000], values[:4000])) + [(b"key-7", b"one by one")]
+               + list(zip(keys[4000:], values[4000:])))
+    for key, value in records:
+        expected[(murmur2(key) & 0x7FFFFFFF) % 4].append((key, value, None))
+    assert _contents(bootstrap, topic, 4) == expected
+
+
+def test_a_run_with_a_null_key_or_a_huge_record_takes_the_per_record_path(bootstrap, topic_factory):
+    topic = topic_factory(2)
+    writer = TransactionalWriter({"bootstrap_servers": bootstrap}, "whole-" + uuid.uuid4().hex,
+                                 60000, 0, 0, 1).open()
+    nulls = pa.array([None, b"k"], pa.binary())
+    assert not writer.send_columns(topic, nulls, pa.array([b"a", b"b"], pa.binary()))
+    huge = pa.array([b"x" * (2 << 20)], pa.binary())
+    assert not writer.send_columns(topic, pa.array([b"k"], pa.binary()), huge)
+    writer.abort()
+    assert writer._records == 0
+
+
+def test_a_batch_the_broker_refuses_as_too_large_is_split_and_written(bootstrap, topic_factory,
+                                                                      caplog):
+    caplog.set_level(logging.INFO, logger="kafka.producer")
+    topic = topic_factory(1, configs={"max.message.bytes": "2000"})
+    conf = {"bootstrap_servers": bootstrap}
+    writer = TransactionalWriter(conf, "whole-" + uuid.uuid4().hex, 60000, 0, 0, 1).open()
+    keys = [b"k1", b"k2", b"k3"]
+    values = [b"%d" % i * 900 for i in range(1, 4)]  # fit one by one, not as one batch
+    assert writer.send_columns(topic, pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
+                               pa.array([0, 0, 0], pa.int32()))
+    handle = writer.pre_commit()
+    writer.close_without_finishing()
+    assert commit_handle(conf, handle) is EndResult.COMMITTED
+    assert _contents(bootstrap, topic, 1) == {0: [(k, v, None) for k, v in zip(keys, values)]}
+    assert any("splitting batch" in r.getMessage() for r in caplog.records)
+
+
+def test_a_record_the_broker_refuses_fails_the_pre_commit(bootstrap, topic_factory):
+    topic = topic_factory(1, configs={"max.message.bytes": "2000"})
+    conf = {"bootstrap_servers": bootstrap}
+    tid = "whole-refused-" + uuid.uuid4().hex
+    writer = TransactionalWriter(conf, tid, 60000, 0, 0, 1).open()
+    assert writer.send_columns(topic, pa.array([b"a", b"b"], pa.binary()),
+                               pa.array([b"small", b"x" * 5000], pa.binary()),
+                               pa.array([0, 0], pa.int32()))
+    with pytest.raises(SinkError) as info:
+        writer.pre_commit()
+    assert type(info.value).__name__ == "RecordsNotWrittenError"
+    assert "1 of the 2 records" in str(info.value) and "MessageSizeTooLarge" in str(info.value)
+    assert not [t for t in list_lingering(conf, "whole-refused-") if t.transactional_id == tid]
+    assert _contents(bootstrap, topic, 1) == {0: []}
