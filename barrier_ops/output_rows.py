@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Sequence, Tuple
 
+import numpy as np
 import pandas as pd
 
 from barrier_core.schema import KIND_RECORD
@@ -19,11 +20,19 @@ _NULL_ON_RECORDS = ("checkpoint_timestamp", "barrier_channels", "ack")
 
 
 class OutputRows:
-    """Output rows in emission order: blocks of user records and single control rows."""
+    """Output rows in emission order: blocks of user records and single control rows.
+
+    The user's columns are kept value by value. A control column holds one value per block of
+    records (``offset`` its first offset) and per control row, repeated when the frame is built:
+    pandas infers each control column's dtype from those few values, which gives the dtype it
+    would infer from the whole column, since the repeats add no value of a new type.
+    """
 
     def __init__(self, user_columns: Sequence[str]) -> None:
         self.user_columns = list(user_columns)
-        self.columns: Dict[str, List[Any]] = {c: [] for c in self.user_columns + CONTROL_COLUMNS}
+        self._user: Dict[str, List[Any]] = {c: [] for c in self.user_columns}
+        self._control: Dict[str, List[Any]] = {c: [] for c in CONTROL_COLUMNS}
+        self._counts: List[int] = []
 
     def add_records(self, rows: List[Tuple], topic: str, partition: int, first_offset: int,
                     timestamp, epoch: int) -> None:
@@ -31,22 +40,34 @@ class OutputRows:
         n = len(rows)
         if not n:
             return
-        cols = self.columns
         for name, values in zip(self.user_columns, zip(*rows)):
-            cols[name].extend(values)
-        cols["topic"].extend([topic] * n)
-        cols["partition"].extend([partition] * n)
-        cols["offset"].extend(range(first_offset, first_offset + n))
-        cols["timestamp"].extend([timestamp] * n)
-        cols["kind"].extend([KIND_RECORD] * n)
-        cols["checkpoint_id"].extend([epoch] * n)
-        for name in _NULL_ON_RECORDS:
-            cols[name].extend([None] * n)
+            self._user[name].extend(values)
+        self._add_piece(n, topic=topic, partition=partition, offset=first_offset,
+                        timestamp=timestamp, kind=KIND_RECORD, checkpoint_id=epoch)
 
     def add_control(self, **fields) -> None:
         """One control row: the given control fields, every other column null."""
-        for name, values in self.columns.items():
+        for values in self._user.values():
+            values.append(None)
+        self._add_piece(1, **fields)
+
+    def _add_piece(self, count: int, **fields) -> None:
+        for name, values in self._control.items():
             values.append(fields.get(name))
+        self._counts.append(count)
 
     def frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.columns, columns=list(self.columns))
+        names = self.user_columns + CONTROL_COLUMNS
+        counts = np.asarray(self._counts, dtype=np.int64)
+        total = int(counts.sum())
+        if not total:
+            return pd.DataFrame({name: [] for name in names}, columns=names)
+        columns = {name: pd.Series(values) for name, values in self._user.items()}
+        for name, values in self._control.items():
+            column = pd.Series(values).repeat(counts)
+            column.index = pd.RangeIndex(total)
+            if name == "offset" and (counts > 1).any():  # a block counts up from its first
+                first_row = np.cumsum(counts) - counts
+                column = column + (np.arange(total) - np.repeat(first_row, counts))
+            columns[name] = column
+        return pd.DataFrame(columns, columns=names)

@@ -38,19 +38,31 @@ class BinaryColumn:
 
     @classmethod
     def from_arrow(cls, array) -> "BinaryColumn":
-        """From a pyarrow ``binary`` or ``large_binary`` Array (sliced arrays included)."""
+        """From a pyarrow ``binary`` / ``string`` Array, large or not (sliced arrays too)."""
         import pyarrow as pa
 
-        offset_type = np.int64 if pa.types.is_large_binary(array.type) else np.int32
+        large = pa.types.is_large_binary(array.type) or pa.types.is_large_string(array.type)
         validity, offsets, data = array.buffers()
-        n = len(array)
-        offs = np.frombuffer(offsets, dtype=offset_type)[array.offset:array.offset + n + 1]
+        n, first = len(array), array.offset
+        offs = np.frombuffer(offsets, dtype=np.int64 if large else np.int32)[first:first + n + 1]
         offs = offs.astype(np.int64)
         lengths = np.diff(offs)
         if array.null_count:
-            lengths[array.is_null().to_numpy(zero_copy_only=False)] = -1
+            bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")
+            lengths[bits[first:first + n] == 0] = -1
         raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
         return cls(raw, offs[:-1], lengths)
+
+    def equals(self, value: bytes) -> np.ndarray:
+        """Which records are exactly ``value`` (nulls are not)."""
+        rows = np.nonzero(self.lengths == len(value))[0]
+        out = np.zeros(len(self.lengths), dtype=bool)
+        if len(rows) and value:
+            block = self.data[self.starts[rows][:, None] + np.arange(len(value))]
+            out[rows] = (block == np.frombuffer(value, dtype=np.uint8)).all(axis=1)
+        else:
+            out[rows] = True
+        return out
 
     def take(self, order: np.ndarray) -> "BinaryColumn":
         return BinaryColumn(self.data, self.starts[order], self.lengths[order])

@@ -201,15 +201,17 @@ class TwoPhaseCommitWriter(_StreamWriterBase, ABC):
         order, found with numpy rather than row by row); the few barrier and ack rows become
         dicts (executor)."""
         import numpy as np
-        import pyarrow.compute as pc
+
+        from barrier_sink.record_batches import BinaryColumn
 
         n = batch.num_rows
         if not n:
             return
-        is_record = np.asarray(pc.equal(batch.column("kind"), KIND_RECORD).fill_null(False))
-        epochs = batch.column("checkpoint_id")
-        no_epoch = np.asarray(epochs.is_null())
-        epoch = np.asarray(epochs.fill_null(0)).astype(np.int64)
+        is_record = BinaryColumn.from_arrow(batch.column("kind")).equals(KIND_RECORD.encode())
+        epochs = batch.column("checkpoint_id").to_numpy(zero_copy_only=False)
+        no_epoch = (np.isnan(epochs) if epochs.dtype.kind == "f"
+                    else np.zeros(n, dtype=bool))
+        epoch = np.where(no_epoch, 0, epochs).astype(np.int64)
         starts = np.ones(n, dtype=bool)
         starts[1:] = ((is_record[1:] != is_record[:-1]) | (epoch[1:] != epoch[:-1])
                       | (no_epoch[1:] != no_epoch[:-1]) | ~is_record[1:])

@@ -134,3 +134,38 @@ def test_ack_rows_with_null_partitions_do_not_disturb_the_record_chunks():
         warnings.simplefilter("error")
         events = build_events(pdf)
     assert [(e.channel, e.payload.rows()["key"].tolist()) for e in events] == [("t:0", ["b", "a"])]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_output_rows_equal_a_frame_built_row_by_row_in_any_mix(seed):
+    """Control columns are built from one value per block and repeated: the values and dtypes
+    must still be those of a frame built from every row (ints with nulls, timestamps, lists)."""
+    import random
+
+    rng = random.Random(seed)
+    columns = ["word", "count"]
+    out, expected = OutputRows(columns), []
+    ts_choices = [pd.Timestamp("2026-01-01", tz="UTC"), pd.Timestamp("2026-02-01", tz="UTC")]
+    for _ in range(rng.randrange(0, 12)):
+        if rng.random() < 0.6:
+            n = rng.randrange(0, 5)
+            rows = [(f"w{rng.randrange(9)}", rng.choice([1, 2, None])) for _ in range(n)]
+            topic, part, first = "op:c", rng.randrange(4), rng.randrange(1000)
+            ts, epoch = rng.choice(ts_choices), rng.randrange(1, 5)
+            out.add_records(rows, topic, part, first, ts, epoch)
+            expected += [dict(word=w, count=c, topic=topic, partition=part, offset=first + i,
+                              timestamp=ts, kind="record", checkpoint_id=epoch,
+                              checkpoint_timestamp=None, barrier_channels=None, ack=None)
+                         for i, (w, c) in enumerate(rows)]
+        else:
+            fields = rng.choice([
+                dict(kind="ack", checkpoint_id=3, topic="t", partition=None, ack='{"a": 1}'),
+                dict(kind="barrier", checkpoint_id=4, topic="op:c", partition=2, offset=7,
+                     checkpoint_timestamp=99, barrier_channels=["op:c:0"]),
+                dict(kind="barrier", checkpoint_id=5, topic="op:c", partition=1, offset=None,
+                     checkpoint_timestamp=100, barrier_channels=[])])
+            out.add_control(**fields)
+            expected.append(dict(dict.fromkeys(columns + CONTROL_COLUMNS), **fields))
+    names = columns + CONTROL_COLUMNS  # column lists, as the code this replaced built them
+    want = pd.DataFrame({c: [row[c] for row in expected] for c in names}, columns=names)
+    pd.testing.assert_frame_equal(out.frame(), want)

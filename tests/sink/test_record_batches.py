@@ -90,3 +90,13 @@ def test_batches_never_cross_a_group_end_and_null_keys_encode_as_minus_one():
     assert ours == (_kafka_batches(keys[:1], values[:1], 1 << 20)
                     + _kafka_batches(keys[1:3], values[1:3], 1 << 20)
                     + _kafka_batches(keys[3:], values[3:], 1 << 20))
+
+
+@pytest.mark.parametrize("type_", [pa.string(), pa.large_string(), pa.binary()])
+def test_a_string_column_with_nulls_compares_to_a_value(type_):
+    words = ["pad", "record", None, "barrier", "recor", "record", "", None, "ack", "records"]
+    array = pa.array(words, type_).slice(1)
+    column = BinaryColumn.from_arrow(array)
+    assert column.equals(b"record").tolist() == [w == "record" for w in words[1:]]
+    assert column.equals(b"").tolist() == [w == "" for w in words[1:]]
+    assert (column.lengths == -1).tolist() == [w is None for w in words[1:]]
