@@ -2,12 +2,15 @@
 the same pipeline ending in Spark's own (at-least-once) Kafka sink, in the same run.
 
     BARRIER_KAFKA_BOOTSTRAP=127.0.0.1:39092 python benchmarks/bench_sink.py [--records 200000]
+        [--rounds 2] [--latency-seconds 40 | 0 to skip latency]
 
 Pipeline (both variants): barrier-kafka source -> aligned keyed running count
 (``barrier_demo.pipeline``) -> sink. Variant A: the two-phase-commit ``barrier-kafka`` sink
 (output visible to ``read_committed`` when its checkpoint completes). Variant B: Spark's
 ``kafka`` sink (spark-sql-kafka-0-10 from Maven Central) writing the same record rows.
-Throughput: input records / seconds until all output is visible to a read_committed consumer.
+Throughput: input records / seconds until all output is visible to a read_committed consumer,
+one uncounted warm-up run of each variant, then ``--rounds`` alternated rounds (A B A B); the
+table prints best and median.
 Latency: input produced at a steady rate; per output record, the time from producing its input
 to the output being readable with read_committed, per trigger interval (checkpoint every batch).
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import threading
@@ -132,7 +136,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--rate", type=float, default=1000.0, help="records/s for latency")
-    parser.add_argument("--latency-seconds", type=float, default=40.0)
+    parser.add_argument("--latency-seconds", type=float, default=40.0, help="0: skip latency")
+    parser.add_argument("--rounds", type=int, default=2, help="alternated throughput rounds")
     parser.add_argument("--triggers", default="2,5", help="trigger intervals (s) for latency")
     args = parser.parse_args()
     bootstrap = os.environ.get("BARRIER_KAFKA_BOOTSTRAP", "127.0.0.1:39092")
@@ -142,15 +147,25 @@ def main() -> int:
     t0 = time.monotonic()
     produce(bootstrap, src, args.records)
     print(f"produced {args.records} keyed records in {time.monotonic() - t0:.1f}s", flush=True)
-    rows = []
-    for variant in ("spark-kafka", "barrier-kafka"):
-        seconds = throughput(spark, variant, bootstrap, src, args.records)
-        rows.append((variant, seconds, args.records / seconds))
-        print(f"{variant}: {seconds:.1f}s", flush=True)
-    print(f"\n{'sink (same pipeline)':<28} {'seconds':>8} {'records/s':>10}")
-    for variant, seconds, rate in rows:
-        print(f"{variant:<28} {seconds:8.1f} {rate:10,.0f}")
-    print(f"exactly-once / at-least-once throughput: {rows[1][2] / rows[0][2]:.2f}x")
+    variants = ("spark-kafka", "barrier-kafka")
+    rates = {v: [] for v in variants}
+    for round_ in range(args.rounds + 1):  # round 0 warms up the JVM and the Python workers
+        for variant in variants:
+            seconds = throughput(spark, variant, bootstrap, src, args.records)
+            print(f"{variant}{' (warm-up)' if round_ == 0 else ''}: {seconds:.1f}s", flush=True)
+            if round_:
+                rates[variant].append(args.records / seconds)
+    print(f"\n{args.records} records, {args.rounds} alternated rounds after a warm-up, "
+          f"load {os.getloadavg()[0]:.2f}")
+    print(f"{'sink (same pipeline)':<28} {'best rec/s':>10} {'median':>10}")
+    for variant in variants:
+        print(f"{variant:<28} {max(rates[variant]):10,.0f} "
+              f"{statistics.median(rates[variant]):10,.0f}")
+    print(f"exactly-once / at-least-once throughput, medians: "
+          f"{statistics.median(rates[variants[1]]) / statistics.median(rates[variants[0]]):.2f}x")
+    if args.latency_seconds <= 0:
+        spark.stop()
+        return 0
 
     print(f"\nlatency, produce -> visible (read_committed), {args.rate:.0f} records/s input")
     print(f"{'sink':<16} {'trigger s':>9} {'p50 s':>7} {'p95 s':>7} {'max s':>7} {'seen':>9}")
