@@ -43,17 +43,6 @@ def _headers(headers) -> Optional[list]:
     return [(h["key"], _bytes(h["value"])) for h in headers] if headers else None
 
 
-def _binary_list(column) -> list:
-    """An Arrow string or binary column as a list of bytes / None (UTF-8, as ``_bytes``)."""
-    import pyarrow as pa
-
-    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        column = column.cast(pa.binary())
-    elif not (pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)):
-        return [_bytes(v) for v in column.to_pylist()]
-    return column.to_pylist()
-
-
 def _binary_array(column):
     """An Arrow string or binary column as ``binary`` / ``large_binary`` (UTF-8 for strings, as
     ``_bytes``), or None for other types."""
@@ -66,6 +55,14 @@ def _binary_array(column):
     if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
         return column
     return None
+
+
+def _binary_list(column) -> list:
+    """An Arrow string or binary column as a list of bytes / None (UTF-8, as ``_bytes``)."""
+    binary = _binary_array(column)
+    if binary is None:
+        return [_bytes(v) for v in column.to_pylist()]
+    return binary.to_pylist()
 
 
 def validate_schema(schema, opts: KafkaSinkOptions) -> None:

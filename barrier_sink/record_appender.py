@@ -36,8 +36,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from barrier_sink.record_batches import (BinaryColumn, cut_batches, default_partitions,
-                                         encode_batches)
+from barrier_sink.record_batches import BinaryColumn, default_partitions, encode_batches
 
 logger = logging.getLogger(__name__)
 
@@ -116,9 +115,8 @@ class RecordAppender:
         chosen = chosen[order]
         key_col, value_col = key_col.take(order), value_col.take(order)
         group_ends = np.append(np.nonzero(np.diff(chosen))[0] + 1, len(chosen))
-        batch_starts = cut_batches(key_col, value_col, group_ends,
-                                   int(self._producer.config["batch_size"]))
-        body, byte_starts, record_sizes = encode_batches(key_col, value_col, batch_starts)
+        batch_starts, body, byte_starts, record_sizes = encode_batches(
+            key_col, value_col, group_ends, int(self._producer.config["batch_size"]))
         self._enqueue(topic, chosen, body, batch_starts, byte_starts, record_sizes)
         return True
 

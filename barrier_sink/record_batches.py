@@ -56,12 +56,11 @@ class BinaryColumn:
     def equals(self, value: bytes) -> np.ndarray:
         """Which records are exactly ``value`` (nulls are not)."""
         rows = np.nonzero(self.lengths == len(value))[0]
-        out = np.zeros(len(self.lengths), dtype=bool)
-        if len(rows) and value:
+        if value and len(rows):
             block = self.data[self.starts[rows][:, None] + np.arange(len(value))]
-            out[rows] = (block == np.frombuffer(value, dtype=np.uint8)).all(axis=1)
-        else:
-            out[rows] = True
+            rows = rows[(block == np.frombuffer(value, dtype=np.uint8)).all(axis=1)]
+        out = np.zeros(len(self.lengths), dtype=bool)
+        out[rows] = True
         return out
 
     def take(self, order: np.ndarray) -> "BinaryColumn":
@@ -152,15 +151,10 @@ def _record_body_sizes(keys: BinaryColumn, values: BinaryColumn) -> Tuple[np.nda
     return kz, ks, vz, vs, base
 
 
-def cut_batches(keys: BinaryColumn, values: BinaryColumn, group_ends: np.ndarray,
-                batch_size: int) -> np.ndarray:
-    """Start indexes of the batches the records fall into: a batch never crosses a group end
-    (``group_ends``, exclusive, ascending) and holds at most ``batch_size`` bytes with its
-    header, except a batch of one record (as the producer's own batches)."""
-    n = len(keys.lengths)
-    base = _record_body_sizes(keys, values)[4]
-    bound = base + _varint_size(np.array([2 * n], dtype=np.int64))[0]
-    bound = bound + _varint_size(2 * bound)
+def _cut_batches(bound: np.ndarray, group_ends: np.ndarray, batch_size: int) -> np.ndarray:
+    """Start indexes of the batches records of at most ``bound`` bytes fall into: a batch never
+    crosses a group end (``group_ends``, exclusive, ascending) and holds at most ``batch_size``
+    bytes with its header, except a batch of one record (as the producer's own batches)."""
     cum = np.concatenate(([0], np.cumsum(bound)))
     room = max(1, batch_size - BATCH_HEADER_SIZE)
     starts: List[int] = []
@@ -173,17 +167,22 @@ def cut_batches(keys: BinaryColumn, values: BinaryColumn, group_ends: np.ndarray
     return np.asarray(starts, dtype=np.int64)
 
 
-def encode_batches(keys: BinaryColumn, values: BinaryColumn,
-                   batch_starts: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Encode every record, its offset delta counted from its batch's start.
+def encode_batches(keys: BinaryColumn, values: BinaryColumn, group_ends: np.ndarray,
+                   batch_size: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Cut the records into batches (never across a group end, at most ``batch_size`` bytes with
+    the header unless a batch holds one record) and encode each record, its offset delta counted
+    from its batch's start.
 
-    Returns ``(body, byte_starts, record_sizes)``: batch ``b``'s records are
-    ``body[byte_starts[b]:byte_starts[b + 1]]`` (``byte_starts`` has one more entry than
-    ``batch_starts``) and ``record_sizes[i]`` is record ``i``'s encoded size."""
+    Returns ``(batch_starts, body, byte_starts, record_sizes)``: batch ``b`` starts at record
+    ``batch_starts[b]`` and its records are ``body[byte_starts[b]:byte_starts[b + 1]]``
+    (``byte_starts`` has one more entry), and ``record_sizes[i]`` is record ``i``'s size."""
     n = len(keys.lengths)
+    kz, ks, vz, vs, base = _record_body_sizes(keys, values)
+    body_bound = base + _varint_size(np.array([2 * n], dtype=np.int64))[0]
+    batch_starts = _cut_batches(body_bound + _varint_size(2 * body_bound), group_ends,
+                                batch_size)
     counts = np.diff(np.append(batch_starts, n))
     delta = np.arange(n, dtype=np.int64) - np.repeat(batch_starts, counts)
-    kz, ks, vz, vs, base = _record_body_sizes(keys, values)
     dz = 2 * delta
     ds = _varint_size(dz)
     body_len = base + ds
@@ -204,4 +203,4 @@ def encode_batches(keys: BinaryColumn, values: BinaryColumn,
     _put_varints(out, pos, vz, vs)
     _copy_segments(out, pos + vs, values)      # the header count (0) ends the record
     byte_starts = np.append(start[batch_starts], ends[-1] if n else 0)
-    return out, byte_starts, sizes
+    return batch_starts, out, byte_starts, sizes

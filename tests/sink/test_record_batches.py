@@ -11,8 +11,8 @@ import pytest
 from kafka.partitioner.default import murmur2 as kafka_murmur2
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from barrier_sink.record_batches import (BinaryColumn, cut_batches, default_partitions,
-                                         encode_batches, murmur2)
+from barrier_sink.record_batches import (BinaryColumn, default_partitions, encode_batches,
+                                         murmur2)
 
 TS = 1_700_000_000_123
 
@@ -61,8 +61,8 @@ def test_encoded_batches_are_byte_for_byte_kafka_pythons(seed, batch_size):
     keys, values = _random_records(400, seed)
     key_col = BinaryColumn.from_arrow(pa.array(keys, pa.binary()))
     value_col = BinaryColumn.from_arrow(pa.array(values, pa.binary()))
-    starts = cut_batches(key_col, value_col, np.array([len(keys)]), batch_size)
-    body, byte_starts, sizes = encode_batches(key_col, value_col, starts)
+    starts, body, byte_starts, sizes = encode_batches(key_col, value_col,
+                                                      np.array([len(keys)]), batch_size)
     ours = [bytes(body[byte_starts[b]:byte_starts[b + 1]]) for b in range(len(starts))]
     theirs = _kafka_batches(keys, values, batch_size)
     assert sum(map(len, ours)) == sum(map(len, theirs)) == int(sizes.sum())
@@ -83,9 +83,9 @@ def test_batches_never_cross_a_group_end_and_null_keys_encode_as_minus_one():
     values = [b"v1", None, b"", b"v4"]
     key_col = BinaryColumn.from_arrow(pa.array(keys, pa.binary()))
     value_col = BinaryColumn.from_arrow(pa.array(values, pa.binary()))
-    starts = cut_batches(key_col, value_col, np.array([1, 3, 4]), 1 << 20)
+    starts, body, byte_starts, _ = encode_batches(key_col, value_col, np.array([1, 3, 4]),
+                                                  1 << 20)
     assert starts.tolist() == [0, 1, 3]
-    body, byte_starts, _ = encode_batches(key_col, value_col, starts)
     ours = [bytes(body[byte_starts[b]:byte_starts[b + 1]]) for b in range(3)]
     assert ours == (_kafka_batches(keys[:1], values[:1], 1 << 20)
                     + _kafka_batches(keys[1:3], values[1:3], 1 << 20)
