@@ -16,7 +16,6 @@ from barrier_core.schema import KIND_RECORD
 #: columns every operator output row carries after the user's columns (see protocol.md)
 CONTROL_COLUMNS = ["topic", "partition", "offset", "timestamp", "kind", "checkpoint_id",
                    "checkpoint_timestamp", "barrier_channels", "ack"]
-_NULL_ON_RECORDS = ("checkpoint_timestamp", "barrier_channels", "ack")
 
 
 class OutputRows:

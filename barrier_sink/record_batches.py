@@ -57,7 +57,7 @@ class BinaryColumn:
         """Which records are exactly ``value`` (nulls are not)."""
         rows = np.nonzero(self.lengths == len(value))[0]
         if value and len(rows):
-            block = self.data[self.starts[rows][:, None] + np.arange(len(value))]
+            block = _fixed_width(self.data, self.starts[rows], len(value))
             rows = rows[(block == np.frombuffer(value, dtype=np.uint8)).all(axis=1)]
         out = np.zeros(len(self.lengths), dtype=bool)
         out[rows] = True
@@ -65,6 +65,11 @@ class BinaryColumn:
 
     def take(self, order: np.ndarray) -> "BinaryColumn":
         return BinaryColumn(self.data, self.starts[order], self.lengths[order])
+
+
+def _fixed_width(data: np.ndarray, starts: np.ndarray, length: int) -> np.ndarray:
+    """The ``length`` bytes at each of ``starts`` as a (len(starts), length) matrix."""
+    return data[starts[:, None] + np.arange(length)]
 
 
 def murmur2(column: BinaryColumn) -> np.ndarray:
@@ -82,7 +87,7 @@ def _murmur2_fixed(data: np.ndarray, starts: np.ndarray, length: int) -> np.ndar
     with np.errstate(over="ignore"):
         h = np.full(len(starts), (_SEED ^ length) & 0xFFFFFFFF, dtype=np.uint32)
         if length:
-            block = data[starts[:, None] + np.arange(length)].astype(np.uint32)
+            block = _fixed_width(data, starts, length).astype(np.uint32)
         for i in range(0, length - length % 4, 4):
             k = (block[:, i] | (block[:, i + 1] << 8) | (block[:, i + 2] << 16)
                  | (block[:, i + 3] << 24))
