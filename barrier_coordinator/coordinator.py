@@ -476,7 +476,11 @@ class CheckpointCoordinator:
         log("checkpoint %d: aborted: %s %s", n, reason.message, detail)
         try:
             self._write_stats(pending, None)
-            self.store.discard(n, keep_stats=True)
+            # Newer than the last completed checkpoint, its snapshots stay until the next
+            # completion's debris pass: a key group's next incremental snapshot may chain on
+            # the one it wrote for n.
+            self.store.discard(n, keep_stats=True,
+                               keep_snapshots=n > self.state.last_completed_id)
             self._prune_history(n)
         except StateBackendError as exc:
             logger.warning("checkpoint %d: could not discard its state: %s", n, exc)

@@ -40,6 +40,7 @@ class PipelineConfig:
     checkpoint_location: Optional[str] = None  # Spark's checkpointLocation as the user spells it
     sink_options: Tuple[Tuple[str, str], ...] = ()  # more options of the 2PC sink
     source_options: Tuple[Tuple[str, str], ...] = ()  # more (or overriding) source options
+    incremental_checkpoints: bool = False  # keyed_process writes deltas of the touched keys
 
     @property
     def storage(self) -> str:
@@ -75,7 +76,8 @@ def start_pipeline(spark, cfg: PipelineConfig, sink: str = "barrier-kafka",
         src = src.option("execution.savepoint.path", cfg.restore_from)
     counted = keyed_process(src.load(), "key", RunningCount(), OUTPUT_SCHEMA,
                             operator_id="running-count", state_backend=cfg.storage,
-                            max_parallelism=cfg.max_parallelism, restore_from=cfg.restore_from)
+                            max_parallelism=cfg.max_parallelism, restore_from=cfg.restore_from,
+                            incremental_checkpoints=cfg.incremental_checkpoints)
     if sink == "spark-kafka":
         writer = (records_only(counted).select("key", "value").writeStream.format("kafka")
                   .option("kafka.bootstrap.servers", cfg.bootstrap)
@@ -192,6 +194,12 @@ def main(argv=None) -> int:
     parser.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE",
                         help="another option of the 2PC sink (repeatable), e.g. "
                              "execution.checkpointing.timeout=20000")
+    parser.add_argument("--incremental-checkpoints", action="store_true",
+                        help="the keyed operator checkpoints only the keys touched since the "
+                             "previous checkpoint (keyed_process incremental_checkpoints)")
+    parser.add_argument("--restore-from", default=None, metavar="PATH",
+                        help="start from this checkpoint (chk-<n>) or savepoint "
+                             "(savepoints/<name>) of the workdir's storage")
     parser.add_argument("--timeout", type=float, default=600)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -212,7 +220,9 @@ def main(argv=None) -> int:
                          checkpoint_location=args.checkpoint_location,
                          sink_options=tuple(tuple(o.split("=", 1)) for o in args.sink_option),
                          source_options=tuple(tuple(o.split("=", 1))
-                                              for o in args.source_option))
+                                              for o in args.source_option),
+                         restore_from=args.restore_from,
+                         incremental_checkpoints=args.incremental_checkpoints)
     took = run_until_caught_up(spark, cfg, args.timeout)
     print(json.dumps({"caught_up_seconds": round(took, 1)}), flush=True)
     spark.stop()

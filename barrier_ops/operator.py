@@ -83,7 +83,8 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
                   restore_from: Optional[Union[int, str]] = None,
                   restore_requires_complete: bool = True,
                   on_timer: Optional[Callable] = None, watermark_delay_ms: int = 0,
-                  state_backend_options: Optional[dict] = None) -> DataFrame:
+                  state_backend_options: Optional[dict] = None,
+                  incremental_checkpoints: bool = False) -> DataFrame:
     """Apply ``fn`` per key with keyed state, aligning checkpoint barriers (driver).
 
     Parameters
@@ -116,6 +117,10 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
         ``on_timer(key, timestamp_ms, state)`` -> rows, for a plain ``fn``.
     watermark_delay_ms : int
         Event-time watermark = max record ``timestamp`` seen minus this.
+    incremental_checkpoints : bool
+        Write only the keys touched since the previous checkpoint (deltas chained on a full
+        snapshot, as Flink's ``state.backend.incremental``; file and S3 backends); see
+        "Incremental checkpoints" in operations.md.
 
     Returns
     -------
@@ -125,7 +130,7 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
     """
     opts = OperatorOptions(operator_id, state_backend, max_parallelism, mode, restore_from,
                            restore_requires_complete, watermark_delay_ms,
-                           dict(state_backend_options or {}))
+                           dict(state_backend_options or {}), incremental_checkpoints)
     kfn = as_keyed_function(fn, on_timer)
     from pyspark import cloudpickle
 

@@ -32,6 +32,7 @@ class OperatorOptions:
     restore_requires_complete: bool = True
     watermark_delay_ms: int = 0
     state_backend_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+    incremental_checkpoints: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.operator_id, str) or not _OPERATOR_ID.match(self.operator_id):
@@ -52,6 +53,9 @@ class OperatorOptions:
             raise InvalidOptionError("restore_from checkpoint ids start at 1")
         if self.watermark_delay_ms < 0:
             raise InvalidOptionError("watermark_delay_ms must be >= 0")
+        if not isinstance(self.incremental_checkpoints, bool):
+            raise InvalidOptionError(f"incremental_checkpoints must be True or False, got "
+                                     f"{self.incremental_checkpoints!r}")
 
     @property
     def restore_prefix(self) -> Optional[str]:

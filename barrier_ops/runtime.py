@@ -18,7 +18,6 @@ batch and is pickled back. Per batch:
 from __future__ import annotations
 
 import logging
-import pickle
 import time
 from typing import Any, List, Optional
 
@@ -26,20 +25,16 @@ import numpy as np
 import pandas as pd
 
 from barrier_core.ack import AckMetrics, Acknowledgement, offsets_by_topic
-from barrier_ops.exceptions import RestoreError
 from barrier_ops.function import KeyedProcessFunction, rows_to_tuples
 from barrier_ops.input_events import build_events, gather, group_by_key
 from barrier_ops.output_rows import OutputRows
 from barrier_ops.options import AT_LEAST_ONCE, OperatorOptions
+from barrier_ops.snapshots import IncrementalSnapshots, encode_full, fold, snapshot_parts
 from barrier_ops.state import KeyedContext, KeyedStateStore
 from barrier_ops.alignment import (BarrierAligner, BarrierTracker, CheckpointAborted,
                                    CheckpointTriggered, Released)
 from barrier_core.schema import KIND_ACK, KIND_BARRIER, channel_name
-from state_backends.base import operator_snapshot_name
-
 logger = logging.getLogger(__name__)
-
-SNAPSHOT_VERSION = 1
 
 
 def output_topic(operator_id: str) -> str:
@@ -61,6 +56,10 @@ class KeyGroupRuntime:
     Must be picklable: it is the ``GroupState`` of the key group (held-back records included).
     """
 
+    #: Keys touched since the last snapshot and its parts, with ``incremental_checkpoints``
+    #: (the class default reads runtimes pickled before the option existed).
+    incremental: Optional[IncrementalSnapshots] = None
+
     def __init__(self, opts: OperatorOptions, key_group: int) -> None:
         self.key_group = key_group
         name = f"{opts.operator_id}/kg-{key_group}"
@@ -70,6 +69,7 @@ class KeyGroupRuntime:
         self.epoch: Optional[int] = None          # epoch of output produced now
         self.output_seq = 0                       # next offset on this key group's channel
         self.snapshots_taken = 0
+        self.incremental = IncrementalSnapshots() if opts.incremental_checkpoints else None
 
     # ------------------------------------------------------------------ restore
     @classmethod
@@ -83,29 +83,14 @@ class KeyGroupRuntime:
 
     def _restore(self, opts: OperatorOptions, prefix: str) -> None:
         backend = opts.open_backend()
-        if opts.restore_requires_complete and prefix.startswith("chk-"):
-            if not backend.exists(f"{prefix}/_metadata"):
-                raise RestoreError(f"{backend.describe()}/{prefix} is not a completed checkpoint "
-                                   "(no _metadata); pass restore_requires_complete=False to "
-                                   "restore from it anyway")
-        path = f"{prefix}/{operator_snapshot_name(opts.operator_id, self.key_group)}"
-        try:
-            snap = pickle.loads(backend.get(path))
-        except Exception as exc:  # noqa: BLE001 - every backend error means "cannot restore"
-            raise RestoreError(f"cannot read snapshot {path} from {backend.describe()}: "
-                               f"{exc}") from exc
-        if (snap.get("version") != SNAPSHOT_VERSION or snap["operator_id"] != opts.operator_id
-                or snap["max_parallelism"] != opts.max_parallelism):
-            raise RestoreError(f"snapshot {path} was written by operator "
-                               f"{snap.get('operator_id')!r} with max_parallelism "
-                               f"{snap.get('max_parallelism')}; this is {opts.operator_id!r} with "
-                               f"{opts.max_parallelism}")
-        self.store = KeyedStateStore.from_snapshot(snap["state"])
+        blobs, path = snapshot_parts(backend, prefix, opts.operator_id, self.key_group,
+                                     opts.restore_requires_complete)
+        snap, self.store = fold(blobs, path, opts.operator_id, opts.max_parallelism)
         self.output_seq = snap["output_seq"]
         self.handler.start_after(snap["checkpoint_id"])
         self.epoch = snap["checkpoint_id"] + 1
-        logger.info("%s: restored checkpoint %d from %s", self.handler.name,
-                    snap["checkpoint_id"], path)
+        logger.info("%s: restored checkpoint %d from %s (%d parts)", self.handler.name,
+                    snap["checkpoint_id"], path, len(blobs))
 
     # ------------------------------------------------------------------ one micro-batch
     def process_batch(self, opts: OperatorOptions, fn: KeyedProcessFunction, key_col: str,
@@ -160,6 +145,8 @@ class KeyGroupRuntime:
         for i, key in enumerate(keys):
             a, b = int(bounds[i]), int(bounds[i + 1])
             key = _py(key)
+            if self.incremental is not None:
+                self.incremental.touch(key)
             ctx = KeyedContext(self.store, key, self.key_group, self.epoch, self._now_ms)
             out = self._fn.process_records(key, rows.iloc[a:b], ctx)
             self._emit_records(out, latest.between(a, b))
@@ -174,6 +161,8 @@ class KeyGroupRuntime:
         if not timers:
             return
         for ts, key in self.store.due_timers(timers, up_to_ms):
+            if self.incremental is not None:
+                self.incremental.touch(key)
             ctx = KeyedContext(self.store, key, self.key_group, self.epoch, self._now_ms)
             self._emit_records(self._fn.on_timer(key, ts, ctx), pd.Timestamp(ts, unit="ms"))
 
@@ -191,16 +180,20 @@ class KeyGroupRuntime:
     def _checkpoint(self, trig: CheckpointTriggered) -> None:
         opts = self._opts
         started = time.perf_counter()
-        blob = pickle.dumps({"version": SNAPSHOT_VERSION, "operator_id": opts.operator_id,
-                             "key_group": self.key_group,
-                             "max_parallelism": opts.max_parallelism,
-                             "checkpoint_id": trig.checkpoint_id,
-                             "state": self.store.to_snapshot(),
-                             "output_seq": self.output_seq}, protocol=4)
         if self._backend is None:
             self._backend = opts.open_backend()
+        header = {"operator_id": opts.operator_id, "key_group": self.key_group,
+                  "max_parallelism": opts.max_parallelism,
+                  "checkpoint_id": trig.checkpoint_id, "output_seq": self.output_seq}
+        incremental = self._incremental_snapshots(opts)
+        if incremental is None:
+            blob, chain = encode_full(header, self.store), ()
+        else:
+            blob, chain = incremental.encode(header, self.store)
         handle = self._backend.write_snapshot(trig.checkpoint_id, opts.operator_id,
-                                              self.key_group, blob)
+                                              self.key_group, blob, chain)
+        if incremental is not None:
+            incremental.written(handle)
         sync_ms = (time.perf_counter() - started) * 1000.0
         self.snapshots_taken += 1
         ack = Acknowledgement(
@@ -218,6 +211,17 @@ class KeyGroupRuntime:
                               for k in range(opts.max_parallelism)])
         logger.debug("%s: snapshot of checkpoint %d, %d bytes in %.1f ms", self.handler.name,
                      trig.checkpoint_id, len(blob), sync_ms)
+
+
+    def _incremental_snapshots(self, opts: OperatorOptions) -> Optional[IncrementalSnapshots]:
+        """The key group's incremental snapshot bookkeeping, None for a full snapshot: the
+        option is off, the backend keeps snapshots inline, or tracking starts only now (a
+        runtime from before the option was set, whose first snapshot is then full)."""
+        if not opts.incremental_checkpoints or self._backend.inline_snapshots:
+            self.incremental = None
+        elif self.incremental is None:
+            self.incremental = IncrementalSnapshots()
+        return self.incremental
 
 
 class _LatestTimestamp:

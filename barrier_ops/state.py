@@ -63,6 +63,22 @@ class KeyedStateStore:
         return {"keyed": self.data, "event_timers": self.event_timers,
                 "processing_timers": self.processing_timers, "watermark_ms": self.watermark_ms}
 
+    def changes(self, keys: Iterable[Any]) -> Dict[Any, Tuple[Any, Any, Any]]:
+        """``{key: (state slots, event timers, processing timers)}`` of ``keys`` (None where
+        the key has none): what an incremental snapshot records for them."""
+        return {k: (self.data.get(k), self.event_timers.get(k), self.processing_timers.get(k))
+                for k in keys}
+
+    def apply_changes(self, changes: Dict[Any, Tuple[Any, Any, Any]]) -> None:
+        """Bring the keys of ``changes`` (from :meth:`changes`) to the recorded state."""
+        for key, (slots, event, processing) in changes.items():
+            for table, value in ((self.data, slots), (self.event_timers, event),
+                                 (self.processing_timers, processing)):
+                if value:
+                    table[key] = value
+                else:
+                    table.pop(key, None)
+
     @classmethod
     def from_snapshot(cls, snap: dict) -> "KeyedStateStore":
         store = cls()

@@ -23,7 +23,8 @@ from typing import Dict, Iterator, List, Optional, Tuple
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from barrier_core.schema import KIND_BARRIER, KIND_RECORD, channel_name, source_schema
-from state_backends.base import snapshot_path
+from barrier_ops.snapshots import fold, snapshot_parts
+from state_backends.base import checkpoint_dir
 
 EPOCH_MS = 1767225600000  # 2026-01-01
 
@@ -181,11 +182,16 @@ class ScriptDataSource(DataSource):
 
 # ---------------------------------------------------------------------- snapshot inspection
 def read_snapshot_state(backend, checkpoint_id: int, operator_id: str, key_group: int) -> dict:
-    """Decoded snapshot of one key group (``{"keyed": {key: {name: value}}, ...}``)."""
+    """Decoded snapshot of one key group, its parts folded when it is incremental
+    (``{"state": {"keyed": {key: {name: value}}, ...}, "checkpoint_id": n, ...}``)."""
     import pickle
 
-    blob = backend.get(snapshot_path(checkpoint_id, operator_id, key_group))
-    return pickle.loads(blob)
+    blobs, path = snapshot_parts(backend, checkpoint_dir(checkpoint_id), operator_id,
+                                 key_group, require_complete=False)
+    header = pickle.loads(blobs[-1])
+    snap, store = fold(blobs, path, operator_id, header["max_parallelism"])
+    return {**{k: v for k, v in snap.items() if k not in ("changes", "chain")},
+            "state": store.to_snapshot()}
 
 
 def snapshot_values(backend, checkpoint_id: int, operator_id: str, max_parallelism: int,

@@ -65,6 +65,28 @@ def run_pipeline(bootstrap, input_topic, output, workdir, group, prefix, env_ext
         raise
 
 
+def kill_at_random_times(rng, kills: int, start, bootstrap: str, output: str,
+                         low: float = 0.5, high: float = 14.0) -> list:
+    """``kills`` times: start the pipeline (``start()`` returns its Popen), SIGKILL its whole
+    process tree after a delay drawn uniformly from ``[low, high]`` seconds, and check the
+    ``read_committed`` output is a duplicate-free prefix. A run that ends by itself before its
+    kill fails the check (the input must outlast every kill). Returns how many output records
+    were visible after each kill (never fewer than before)."""
+    visible = []
+    for _ in range(kills):
+        proc = start()
+        try:
+            rc = proc.wait(timeout=rng.uniform(low, high))
+            raise AssertionError(f"pipeline ended by itself (exit {rc}) before its kill: make "
+                                 "the input larger, or see run.log")
+        except subprocess.TimeoutExpired:
+            kill_process_tree(proc.pid)
+            proc.wait(timeout=60)
+        visible.append(assert_prefix_exactly_once(bootstrap, output))
+    assert visible == sorted(visible), f"committed output shrank between kills: {visible}"
+    return visible
+
+
 def _children() -> dict:
     out: dict = {}
     for entry in os.listdir("/proc"):

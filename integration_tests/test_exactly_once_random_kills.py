@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import random
-import subprocess
 import uuid
 from collections import Counter
 
@@ -24,8 +23,7 @@ import pytest
 
 from barrier_demo.verify import read_topic
 from integration_tests.pipeline_support import (assert_no_open_transactions,
-                                                assert_offsets_committed,
-                                                assert_prefix_exactly_once, kill_process_tree,
+                                                assert_offsets_committed, kill_at_random_times,
                                                 run_pipeline, start_pipeline_process)
 from kafka_harness.tools import verifiable_produce
 from kafka_harness.topics import create_topic
@@ -54,20 +52,9 @@ def test_sigkill_at_uniformly_random_times(bootstrap, kafka_admin, topic_factory
     output = topic_factory(2, prefix="eo_rand_out")
     workdir = str(tmp_path)
     group, prefix = f"eo-rand-{uuid.uuid4().hex[:6]}", f"eo-rand-{uuid.uuid4().hex[:6]}"
-    kills, finished_early, visible = KILLS, 0, []
-    for _ in range(kills):
-        proc = start_pipeline_process(bootstrap, topic, output, workdir, group, prefix,
-                                      max_offsets_per_trigger=BATCH)
-        try:
-            rc = proc.wait(timeout=rng.uniform(0.5, 14.0))
-            finished_early += 1  # it ended by itself before the kill: it must have succeeded
-            assert rc == 0, f"pipeline failed (exit {rc}) before its kill; see run.log"
-        except subprocess.TimeoutExpired:
-            kill_process_tree(proc.pid)
-            proc.wait(timeout=60)
-        visible.append(assert_prefix_exactly_once(bootstrap, output))
-    assert finished_early == 0, "the input ran out before every kill landed: make it larger"
-    assert visible == sorted(visible)
+    kill_at_random_times(rng, KILLS, lambda: start_pipeline_process(
+        bootstrap, topic, output, workdir, group, prefix, max_offsets_per_trigger=BATCH),
+        bootstrap, output)
     rc = run_pipeline(bootstrap, topic, output, workdir, group, prefix,
                       max_offsets_per_trigger=BATCH)
     assert rc == 0, f"final run failed (exit {rc}); see {workdir}/run.log"
@@ -78,7 +65,7 @@ def test_sigkill_at_uniformly_random_times(bootstrap, kafka_admin, topic_factory
     lost = [s for s in range(RECORDS) if sequence[s] == 0]
     duplicated = {s: n for s, n in sequence.items() if n > 1}
     unexpected = [s for s in sequence if not 0 <= s < RECORDS]
-    print(f"random kills: {kills} kills, {RECORDS} records, {len(lost)} lost, "
+    print(f"random kills: {KILLS} kills, {RECORDS} records, {len(lost)} lost, "
           f"{len(duplicated)} duplicated, {len(unexpected)} unexpected")
     assert (lost[:5], list(duplicated.items())[:5], unexpected[:5]) == ([], [], [])
     assert_no_open_transactions(bootstrap, prefix)

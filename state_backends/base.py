@@ -26,7 +26,7 @@ from __future__ import annotations
 import base64
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from state_backends.exceptions import InvalidBackendOptionError, MissingChunkError
 
@@ -41,6 +41,13 @@ class SnapshotHandle:
     """Where one key group's snapshot of one checkpoint lives. Picklable; travels in ack rows.
 
     ``inline`` carries the bytes themselves (memory backend: snapshots travel with the ack).
+    ``chain``: an incremental snapshot's earlier parts, ``(path, size_bytes)`` oldest first (a
+    full snapshot, then deltas); the snapshot is those parts followed by ``path``. Empty for a
+    full snapshot. The parts may lie in older checkpoints' folders: retention keeps every part
+    a retained checkpoint names (see ``CompletedCheckpointStore``). In JSON, parts at their
+    checkpoint's own path are written as checkpoint id ranges without sizes (``size_bytes``
+    None once parsed), so metadata stays small however long a chain grows; each delta blob
+    names its predecessor's size itself.
     """
 
     checkpoint_id: int
@@ -49,19 +56,69 @@ class SnapshotHandle:
     path: Optional[str]
     size_bytes: int
     inline: Optional[bytes] = field(default=None, repr=False)
+    chain: Tuple[Tuple[str, Optional[int]], ...] = ()
+
+    @property
+    def parts(self) -> Tuple[Tuple[str, Optional[int]], ...]:
+        """Every blob of the snapshot, ``(path, size_bytes)`` in the order they are applied."""
+        return self.chain + ((self.path, self.size_bytes),) if self.path else self.chain
 
     def to_json(self) -> dict:
         out = {"checkpoint_id": self.checkpoint_id, "operator_id": self.operator_id,
                "key_group": self.key_group, "path": self.path, "size_bytes": self.size_bytes}
         if self.inline is not None:
             out["inline"] = base64.b64encode(self.inline).decode("ascii")
+        if self.chain:
+            ids = [_checkpoint_of(path, self.operator_id, self.key_group)
+                   for path, _ in self.chain]
+            if None in ids:
+                out["chain"] = [[path, size] for path, size in self.chain]
+            else:
+                out["chain_checkpoints"] = _ranges(ids)
         return out
 
     @classmethod
     def from_json(cls, d: dict) -> "SnapshotHandle":
         inline = base64.b64decode(d["inline"]) if d.get("inline") is not None else None
+        chain = tuple((str(path), None if size is None else int(size))
+                      for path, size in d.get("chain") or ())
+        if d.get("chain_checkpoints"):
+            chain = tuple((snapshot_path(n, d["operator_id"], int(d["key_group"])), None)
+                          for n in _parse_ranges(d["chain_checkpoints"]))
         return cls(int(d["checkpoint_id"]), d["operator_id"], int(d["key_group"]), d.get("path"),
-                   int(d["size_bytes"]), inline)
+                   int(d["size_bytes"]), inline, chain)
+
+
+def _checkpoint_of(path: str, operator_id: str, key_group: int) -> Optional[int]:
+    """n if ``path`` is key group ``key_group``'s snapshot path in ``chk-<n>``, else None."""
+    head, _, rest = path.partition("/")
+    if head.startswith("chk-") and head[4:].isdigit() \
+            and rest == operator_snapshot_name(operator_id, key_group):
+        return int(head[4:])
+    return None
+
+
+def _ranges(ids: List[int]) -> str:
+    """``[1, 2, 3, 5]`` -> ``"1-3,5"`` (ids in order; a repeated or descending id starts a new
+    range, so parsing gives the same list back)."""
+    runs: List[List[int]] = []
+    for n in ids:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def _parse_ranges(text: str) -> List[int]:
+    out: List[int] = []
+    for run in str(text).split(","):
+        first, _, last = run.partition("-")
+        a, b = int(first), int(last or first)
+        if b < a:
+            raise ValueError(f"bad checkpoint range {run!r}")
+        out.extend(range(a, b + 1))
+    return out
 
 
 def checkpoint_dir(checkpoint_id: int) -> str:
@@ -172,45 +229,73 @@ class StateBackend(ABC):
 
     # ------------------------------------------------------------------ snapshots (executor)
     def write_snapshot(self, checkpoint_id: int, operator_id: str, key_group: int,
-                       data: bytes) -> SnapshotHandle:
+                       data: bytes,
+                       chain: Tuple[Tuple[str, Optional[int]], ...] = ()) -> SnapshotHandle:
         """Store one key group's state for ``checkpoint_id``; runs on executors.
 
+        ``chain``: the earlier parts ``data`` is a delta on (an incremental snapshot; see
+        :attr:`SnapshotHandle.chain`); backends with inline snapshots take full ones only.
         Returns the handle to put in the acknowledgement. The blob is durable (atomic ``put``)
         when this returns; the checkpoint is not complete until the coordinator writes
         ``chk-<n>/_metadata``.
         """
         path = snapshot_path(checkpoint_id, operator_id, key_group)
         if self.inline_snapshots:
+            if chain:
+                raise InvalidBackendOptionError(
+                    f"{self.describe()} keeps snapshots inline in the metadata and cannot chain "
+                    "incremental snapshots; use a file:// or s3:// backend for them")
             return SnapshotHandle(checkpoint_id, operator_id, key_group, None, len(data),
                                   bytes(data))
         self.put(path, data)
-        return SnapshotHandle(checkpoint_id, operator_id, key_group, path, len(data))
+        return SnapshotHandle(checkpoint_id, operator_id, key_group, path, len(data),
+                              chain=tuple(chain))
 
     def read_snapshot(self, handle: SnapshotHandle) -> bytes:
-        """Bytes of a snapshot (executor on restore, or driver). Verifies the size.
+        """Bytes of a full snapshot (executor on restore, or driver). Verifies the size.
 
         Raises ``MissingChunkError`` naming checkpoint and location if the blob is absent or
-        truncated.
+        truncated; ``ValueError`` for an incremental handle (read those with
+        :meth:`read_snapshot_parts`).
         """
+        if handle.chain:
+            raise ValueError(f"checkpoint {handle.checkpoint_id}: the snapshot of key group "
+                             f"{handle.key_group} is incremental ({len(handle.parts)} parts); "
+                             "read it with read_snapshot_parts")
         if handle.inline is not None:
             data = handle.inline
-        else:
-            from state_backends.exceptions import SnapshotNotFoundError
-
-            try:
-                data = self.get(handle.path)
-            except SnapshotNotFoundError as exc:
+            if len(data) != handle.size_bytes:
                 raise MissingChunkError(
-                    f"checkpoint {handle.checkpoint_id}: snapshot of operator "
-                    f"{handle.operator_id!r} key group {handle.key_group} is missing at "
-                    f"{self.location(handle.path)}", handle.checkpoint_id,
-                    self.location(handle.path)) from exc
-        if len(data) != handle.size_bytes:
-            where = self.location(handle.path) if handle.path else "<inline>"
+                    f"checkpoint {handle.checkpoint_id}: snapshot at <inline> has {len(data)} "
+                    f"bytes, metadata says {handle.size_bytes} (truncated or overwritten)",
+                    handle.checkpoint_id, "<inline>")
+            return data
+        return self.read_part(handle, handle.path, handle.size_bytes)
+
+    def read_snapshot_parts(self, handle: SnapshotHandle) -> List[bytes]:
+        """Every part of a snapshot, oldest first (one for a full snapshot), sizes verified."""
+        if handle.inline is not None:
+            return [self.read_snapshot(handle)]
+        return [self.read_part(handle, path, size) for path, size in handle.parts]
+
+    def read_part(self, handle: SnapshotHandle, path: str,
+                  size_bytes: Optional[int]) -> bytes:
+        """One blob of ``handle``'s snapshot; ``MissingChunkError`` naming checkpoint and
+        location if it is absent or has another size than ``size_bytes`` (when known)."""
+        from state_backends.exceptions import SnapshotNotFoundError
+
+        try:
+            data = self.get(path)
+        except SnapshotNotFoundError as exc:
             raise MissingChunkError(
-                f"checkpoint {handle.checkpoint_id}: snapshot at {where} has {len(data)} bytes, "
-                f"metadata says {handle.size_bytes} (truncated or overwritten)",
-                handle.checkpoint_id, where)
+                f"checkpoint {handle.checkpoint_id}: snapshot of operator "
+                f"{handle.operator_id!r} key group {handle.key_group} is missing at "
+                f"{self.location(path)}", handle.checkpoint_id, self.location(path)) from exc
+        if size_bytes is not None and len(data) != size_bytes:
+            raise MissingChunkError(
+                f"checkpoint {handle.checkpoint_id}: snapshot at {self.location(path)} has "
+                f"{len(data)} bytes, metadata says {size_bytes} (truncated or overwritten)",
+                handle.checkpoint_id, self.location(path))
         return data
 
     def __eq__(self, other: object) -> bool:  # same class and same location

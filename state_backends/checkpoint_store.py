@@ -16,11 +16,11 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, field, replace
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from state_backends.base import (METADATA_FILE, STATS_FILE, StateBackend,
                                  checkpoint_dir, metadata_path, normalize_path,
-                                 operator_snapshot_name, savepoint_dir,
+                                 operator_snapshot_name, savepoint_dir, under_prefix,
                                  SAVEPOINT_PREFIX)
 from state_backends.exceptions import (CheckpointMetadataError, CheckpointNotFoundError,
                                        MissingChunkError, SnapshotNotFoundError)
@@ -74,6 +74,7 @@ class CompletedCheckpointStore:
         #: Ids below this left the stats history: retention deletes their stats too.
         self.history_floor = 0
         self._listing: Optional[Tuple[List[int], List[int]]] = None
+        self._metadata: Dict[int, CheckpointMetadata] = {}
 
     # ------------------------------------------------------------------ listing
     def _scan(self) -> Tuple[List[int], List[int]]:
@@ -125,14 +126,21 @@ class CompletedCheckpointStore:
         return CheckpointMetadata.from_bytes(data, checkpoint_id, location)
 
     def verify(self, meta: CheckpointMetadata, base: str) -> None:
-        """Raise ``MissingChunkError`` if a snapshot blob the metadata names is absent."""
-        for h in meta.operators:
-            if h.inline is None and not self.backend.exists(h.path):
+        """Raise ``MissingChunkError`` if a snapshot blob the metadata names is absent (every
+        part of an incremental snapshot; those are checked against one listing)."""
+        parts = [(h, path) for h in meta.operators if h.inline is None for path, _ in h.parts]
+        if len(parts) > len(meta.operators):
+            stored = set(self.backend.list(""))
+            present = stored.__contains__
+        else:
+            present = self.backend.exists
+        for h, path in parts:
+            if not present(path):
                 raise MissingChunkError(
                     f"checkpoint {meta.checkpoint_id}: snapshot of operator {h.operator_id!r} "
-                    f"key group {h.key_group} is missing at {self.backend.location(h.path)} "
+                    f"key group {h.key_group} is missing at {self.backend.location(path)} "
                     f"(metadata {self.backend.location(base + '/' + METADATA_FILE)})",
-                    meta.checkpoint_id, self.backend.location(h.path))
+                    meta.checkpoint_id, self.backend.location(path))
 
     def load(self, checkpoint_id: int, verify: bool = True) -> CheckpointMetadata:
         """Metadata of completed checkpoint ``checkpoint_id`` (chunks checked if ``verify``)."""
@@ -145,12 +153,45 @@ class CompletedCheckpointStore:
         n = self.latest_id()
         return None if n is None else self.load(n, verify)
 
-    def load_state(self, meta: CheckpointMetadata) -> Dict[str, Dict[int, bytes]]:
-        """``{operator_id: {key_group: bytes}}`` of a loaded checkpoint (sizes verified)."""
-        out: Dict[str, Dict[int, bytes]] = {}
+    def load_state(self, meta: CheckpointMetadata) -> Dict[str, Dict[int, Any]]:
+        """``{operator_id: {key_group: bytes}}`` of a loaded checkpoint (sizes verified); an
+        incremental snapshot gives the tuple of its parts, oldest first."""
+        out: Dict[str, Dict[int, Any]] = {}
         for h in meta.operators:
-            out.setdefault(h.operator_id, {})[h.key_group] = self.backend.read_snapshot(h)
+            out.setdefault(h.operator_id, {})[h.key_group] = (
+                tuple(self.backend.read_snapshot_parts(h)) if h.chain
+                else self.backend.read_snapshot(h))
         return out
+
+    # ------------------------------------------------------------------ shared parts
+    def _metadata_of(self, checkpoint_id: int) -> Optional[CheckpointMetadata]:
+        """Parsed metadata of a completed checkpoint (kept: metadata never changes), None if
+        unreadable."""
+        meta = self._metadata.get(checkpoint_id)
+        if meta is None:
+            try:
+                meta = self.load(checkpoint_id, verify=False)
+            except (CheckpointMetadataError, CheckpointNotFoundError):
+                return None
+            self._metadata[checkpoint_id] = meta
+        return meta
+
+    def referenced_parts(self, excluding: Iterable[int] = ()) -> Set[str]:
+        """Paths of every snapshot blob a completed checkpoint names (its own and the chains of
+        its incremental snapshots), except checkpoints ``excluding``: what deleting must spare.
+
+        Why this is enough: a key group's next snapshots chain only on its own later snapshots,
+        so a snapshot still being written needs only parts the newest completed checkpoint
+        names, or parts of checkpoints newer than it (which no cleanup touches)."""
+        skip = set(excluding)
+        completed = [n for n in self.completed_ids() if n not in skip]
+        self._metadata = {n: m for n, m in self._metadata.items() if n in set(completed)}
+        refs: Set[str] = set()
+        for n in completed:
+            meta = self._metadata_of(n)
+            for h in meta.operators if meta is not None else ():
+                refs.update(path for path, _ in h.parts)
+        return refs
 
     def restore(self, checkpoint_id: Optional[int] = None, savepoint: Optional[str] = None,
                 fallback_to_previous: bool = False) -> Optional[RestorePoint]:
@@ -193,6 +234,7 @@ class CompletedCheckpointStore:
         of a checkpoint), then apply retention. Idempotent."""
         self.backend.put(metadata_path(meta.checkpoint_id), meta.to_bytes())
         self._note(meta.checkpoint_id, complete=True)
+        self._metadata[meta.checkpoint_id] = meta
         logger.info("checkpoint %d: metadata written to %s", meta.checkpoint_id,
                     self.backend.location(metadata_path(meta.checkpoint_id)))
         self.retain()
@@ -204,44 +246,59 @@ class CompletedCheckpointStore:
         ids = self.completed_ids()
         discarded = []
         for n in ids[:-self.num_retained]:
-            try:
-                if self.load(n, verify=False).is_savepoint:
-                    continue
-            except CheckpointMetadataError:
-                pass  # unreadable and superseded: discard
+            meta = self._metadata_of(n)   # None: unreadable and superseded, discard
+            if meta is not None and meta.is_savepoint:
+                continue
             self.discard(n, keep_stats=n >= self.history_floor)
             discarded.append(n)
         return discarded
 
-    def discard(self, checkpoint_id: int, keep_stats: bool = True) -> None:
+    def discard(self, checkpoint_id: int, keep_stats: bool = True,
+                keep_snapshots: bool = False) -> None:
         """Delete checkpoint ``checkpoint_id``: ``_metadata`` FIRST (so a crash mid-way never
-        leaves a 'complete' checkpoint with missing chunks), then its blobs. ``_stats.json`` is
-        kept unless ``keep_stats`` is false. Idempotent."""
+        leaves a 'complete' checkpoint with missing chunks), then its blobs and the chain
+        parts of its incremental snapshots, except what another completed checkpoint names.
+        ``_stats.json`` is kept unless ``keep_stats`` is false; ``keep_snapshots`` deletes the
+        metadata only (an aborted checkpoint: ``discard_debris`` takes its blobs later).
+        Idempotent."""
         base = checkpoint_dir(checkpoint_id)
+        meta = None if keep_snapshots else self._metadata_of(checkpoint_id)
         self.backend.delete([metadata_path(checkpoint_id)])
         self._note(checkpoint_id, complete=False)
-        self.backend.delete([p for p in self.backend.list(base)
-                             if not (keep_stats and p == f"{base}/{STATS_FILE}")])
+        self._metadata.pop(checkpoint_id, None)
+        if keep_snapshots:
+            return
+        keep = self.referenced_parts(excluding=[checkpoint_id])
+        doomed = [p for p in self.backend.list(base)
+                  if not (keep_stats and p == f"{base}/{STATS_FILE}") and p not in keep]
+        for h in meta.operators if meta is not None else ():
+            doomed.extend(path for path, _ in h.chain
+                          if path not in keep and not under_prefix(path, base))
+        self.backend.delete(doomed)
         logger.debug("checkpoint %d: discarded from %s", checkpoint_id, self.backend.describe())
 
     def discard_debris(self, in_progress: Iterable[int] = (), below: Optional[int] = None,
                        above: int = 0) -> List[int]:
         """Delete blobs of incomplete checkpoints (failed, aborted, crashed) except the ids in
-        ``in_progress``. Only ids below ``below`` (default: the latest completed id) are
-        touched, so snapshots still being written for a newer checkpoint survive, and above
-        ``above`` (the previous pass cleaned those), so a pass costs one listing per id
-        between two completions, not one per id in the history. Stats of failed checkpoints
-        are kept. Returns the ids cleaned."""
+        ``in_progress`` and the parts a completed checkpoint's incremental snapshots chain on.
+        Only ids below ``below`` (default: the latest completed id) are touched, so snapshots
+        still being written for a newer checkpoint, and snapshots they may chain on, survive,
+        and above ``above`` (the previous pass cleaned those), so a pass costs one listing per
+        id between two completions, not one per id in the history. Stats of failed
+        checkpoints are kept. Returns the ids cleaned."""
         keep = set(in_progress)
         limit = self.latest_id() if below is None else below
         cleaned = []
         if limit is None:
             return cleaned
+        spare = None
         for n in self.incomplete_ids():
             if n in keep or n >= limit or n <= above:
                 continue
+            if spare is None:
+                spare = self.referenced_parts()
             paths = [p for p in self.backend.list(checkpoint_dir(n))
-                     if not p.endswith("/" + STATS_FILE)]
+                     if not p.endswith("/" + STATS_FILE) and p not in spare]
             self.backend.delete(paths)
             if paths:
                 cleaned.append(n)
@@ -252,18 +309,31 @@ class CompletedCheckpointStore:
     def prune_history(self, from_id: int, to_id: int) -> int:
         """Forget checkpoints ``from_id..to_id`` (inclusive) that are not complete: their
         ``chk-<n>`` folder (the stats of a failed or discarded checkpoint, any debris) is
-        deleted; completed ones (retained, or savepoints) are left alone. The caller passes
-        the ids that left the stats history since its last call, so the cost per checkpoint
-        stays constant however long the job runs. Returns how many folders were deleted."""
+        deleted, except blobs a completed checkpoint's incremental snapshots chain on, and
+        except the snapshots of ids above the newest completed one (a snapshot in flight may
+        chain on them; ``discard_debris`` removes them once a newer checkpoint completes).
+        Completed ones (retained, or savepoints) are left alone. The caller passes the ids that
+        left the stats history since its last call, so the cost per checkpoint stays constant
+        however long the job runs. Returns how many folders were deleted."""
         completed = set(self._scan()[0])
+        latest = max(completed, default=0)
+        spare = self.referenced_parts() if completed else set()
         deleted = 0
+        gone = set()
         for n in range(max(1, from_id), to_id + 1):
             if n in completed:
                 continue
-            self.backend.delete_prefix(checkpoint_dir(n))
+            base = checkpoint_dir(n)
+            if n > latest:
+                self.backend.delete([f"{base}/{STATS_FILE}"])
+                continue
+            if any(under_prefix(p, base) for p in spare):
+                self.backend.delete([p for p in self.backend.list(base) if p not in spare])
+            else:
+                self.backend.delete_prefix(base)
+                gone.add(n)
             deleted += 1
-        if deleted and self._listing is not None:
-            gone = set(range(max(1, from_id), to_id + 1)) - completed
+        if gone and self._listing is not None:
             self._listing = (self._listing[0], [n for n in self._listing[1] if n not in gone])
         return deleted
 
@@ -302,8 +372,12 @@ class CompletedCheckpointStore:
                 handles.append(h)
                 continue
             path = f"{base}/{operator_snapshot_name(h.operator_id, h.key_group)}"
-            target.put(path, self.backend.read_snapshot(h))
-            handles.append(replace(h, path=path))
+            *earlier, last = self.backend.read_snapshot_parts(h)
+            chain = tuple((f"{path}.part-{i}", len(data)) for i, data in enumerate(earlier))
+            for (part, _), data in zip(chain, earlier):
+                target.put(part, data)
+            target.put(path, last)
+            handles.append(replace(h, path=path, chain=chain))
         sp = replace(meta, operators=tuple(handles), is_savepoint=True,
                      properties={**meta.properties, "savepoint_name": name,
                                  "source_checkpoint": source})

@@ -120,6 +120,21 @@ class FilesystemStateBackend(StateBackend):
                 raise StateBackendError(f"could not delete {self.location(rel)}: "
                                         f"{exc.strerror}") from exc
 
+    def delete(self, paths: List[str]) -> None:
+        """Delete exactly ``paths``, then the folders they leave empty (up to the root), so a
+        long-running job's storage does not fill with empty ``chk-<n>`` folders."""
+        folders = set()
+        for p in paths:
+            self.delete_prefix(p)
+            folders.add(os.path.dirname(self._abs(normalize_path(p))))
+        for folder in sorted(folders, key=len, reverse=True):
+            while folder.startswith(self.root + os.sep):
+                try:
+                    os.rmdir(folder)
+                except OSError:
+                    break  # not empty (or gone): its parents are not empty either
+                folder = os.path.dirname(folder)
+
     def describe(self) -> str:
         return f"file://{self.root}"
 

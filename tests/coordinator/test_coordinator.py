@@ -282,3 +282,31 @@ def test_without_a_recorded_run_start_the_trigger_time_counts(backend, clock):
     c.trigger(1, clock.now_ms(), TASKS)
     clock.advance(1000)
     assert c.abort_expired_checkpoints() == [1]
+
+
+def test_an_aborted_checkpoint_keeps_the_snapshots_a_later_delta_chains_on(tmp_path, clock):
+    """Key group 0 writes a delta for checkpoint 2, which is declined by key group 1; its next
+    snapshot (checkpoint 3) chains on that delta. Aborting 2 must not delete it, and retention of
+    checkpoint 1 must keep the full snapshot both deltas apply to."""
+    from barrier_coordinator.pending import TaskAcknowledgement
+    from state_backends.filesystem import FilesystemStateBackend
+
+    backend = FilesystemStateBackend(str(tmp_path), fsync=False)
+    c = new_coordinator(backend, clock, tolerable_failed_checkpoints=1)
+    c.trigger(1, clock.now_ms(), TASKS)
+    ack_all(c, backend, 1)
+    c.trigger(2, clock.now_ms(), TASKS)
+    full0 = c.store.load(1).operator_handles()["agg"][0]
+    d2 = backend.write_snapshot(2, "agg", 0, b"delta-2", full0.parts)
+    c.receive_acknowledge(2, "op:agg:kg:0", TaskAcknowledgement((d2,), {"t": {"0": 200}}, {}))
+    backend.write_snapshot(2, "agg", 1, b"half-written")
+    assert c.decline(2, "op:agg:kg:1", "snapshot failed")
+    assert backend.exists(d2.path)
+    c.trigger(3, clock.now_ms(), TASKS)
+    d3 = backend.write_snapshot(3, "agg", 0, b"delta-3", d2.parts)
+    c.receive_acknowledge(3, "op:agg:kg:0", TaskAcknowledgement((d3,), {"t": {"0": 300}}, {}))
+    ack_all(c, backend, 3, skip=["op:agg:kg:0"])
+    assert c.store.completed_ids() == [3]
+    h = c.store.load(3).operator_handles()["agg"][0]  # verifies every part is stored
+    assert backend.read_snapshot_parts(h) == [backend.get(full0.path), b"delta-2", b"delta-3"]
+    assert not backend.exists("chk-2/op-agg/kg-1") and not backend.exists("chk-1/op-agg/kg-1")

@@ -155,3 +155,94 @@ def test_num_retained_validated(tmp_path):
 
     with pytest.raises(InvalidBackendOptionError, match="num-retained"):
         CompletedCheckpointStore(FilesystemStateBackend(str(tmp_path)), num_retained=0)
+
+
+# ---------------------------------------------------------------------- incremental snapshots
+file_backends = pytest.mark.parametrize(
+    "backend", [b for b in SUPPORTED_BACKENDS if not b.inline_snapshots], indirect=True,
+    ids=lambda c: c.__name__)
+
+
+def complete_chained(store: CompletedCheckpointStore, n: int, chain, data: bytes = b"delta"):
+    """Checkpoint n with one key group whose snapshot is ``data`` chained on ``chain``."""
+    handle = store.backend.write_snapshot(n, "agg", 0, data + str(n).encode(), tuple(chain))
+    store.add(CheckpointMetadata(n, n, n, {}, (handle,)))
+    return handle
+
+
+@file_backends
+class TestChainedSnapshots:
+    def test_handle_json_names_every_part_in_a_few_bytes(self, backend):
+        ids = [1, 2, 3, 5, 6, 9] + list(range(11, 111))
+        h = backend.write_snapshot(111, "agg", 0, b"d", tuple(
+            (f"chk-{n}/op-agg/kg-0", 4) for n in ids))
+        doc = h.to_json()
+        assert doc["chain_checkpoints"] == "1-3,5-6,9,11-110" and "chain" not in doc
+        again = type(h).from_json(json.loads(json.dumps(doc)))
+        assert again.parts == tuple((f"chk-{n}/op-agg/kg-0", None) for n in ids) + (
+            ("chk-111/op-agg/kg-0", 1),)
+        moved = type(h).from_json(json.loads(json.dumps(
+            backend.write_snapshot(3, "agg", 0, b"d", (("savepoints/sp/op-agg/kg-0.part-0",
+                                                        7),)).to_json())))
+        assert moved.chain == (("savepoints/sp/op-agg/kg-0.part-0", 7),)
+        with pytest.raises(ValueError, match="read_snapshot_parts"):
+            backend.read_snapshot(h)
+        with pytest.raises(CorruptMetadataError, match="chain_checkpoints|range"):
+            CheckpointMetadata.from_bytes(CheckpointMetadata(
+                111, 1, 1, {}, (h,)).to_bytes().replace(b"11-110", b"110-11"), 111)
+
+    def test_retention_keeps_chained_parts_and_frees_them_with_their_last_user(self, backend):
+        store = CompletedCheckpointStore(backend, num_retained=1)
+        full = complete_chained(store, 1, (), b"full")
+        d2 = complete_chained(store, 2, full.parts)
+        d3 = complete_chained(store, 3, d2.parts)
+        # 1 and 2 left retention, their metadata is gone, the parts 3 chains on stay
+        assert store.completed_ids() == [3]
+        assert backend.read_snapshot_parts(store.load(3).operators[0]) == [b"full1", b"delta2",
+                                                                           b"delta3"]
+        complete_chained(store, 4, (), b"full")  # a new full snapshot: nothing chains on 1-3
+        assert [p for p in backend.list("") if "/op-" in p] == ["chk-4/op-agg/kg-0"]
+        assert d3.path not in backend.list("")
+        if hasattr(backend, "root"):  # filesystem: deleting leaves no empty folders behind
+            import os
+
+            empty = [d for d, dirs, files in os.walk(backend.root) if not dirs and not files]
+            assert empty == []
+
+    def test_debris_and_history_pruning_spare_chained_parts(self, backend):
+        store = CompletedCheckpointStore(backend, num_retained=1)
+        complete_chained(store, 1, (), b"full")
+        # checkpoint 2 failed after its key group wrote a delta; 3 chains on it and completes
+        aborted = backend.write_snapshot(2, "agg", 0, b"delta2",
+                                         store.load(1).operators[0].parts)
+        backend.put(stats_path(2), b"{}")
+        complete_chained(store, 3, aborted.parts)
+        assert store.discard_debris(below=3) == []
+        assert store.prune_history(1, 2) == 2
+        assert backend.exists(aborted.path) and not backend.exists(stats_path(2))
+        assert backend.exists("chk-1/op-agg/kg-0") and not backend.exists(stats_path(1))
+        store.verify(store.load(3), "chk-3")
+
+    def test_history_pruning_leaves_snapshots_newer_than_the_last_completion(self, backend):
+        store = CompletedCheckpointStore(backend, num_retained=1)
+        complete_chained(store, 1, (), b"full")
+        for n in (2, 3):  # failed; the next snapshot in flight may chain on them
+            backend.write_snapshot(n, "agg", 0, b"delta", ())
+            backend.put(stats_path(n), b"{}")
+        store.prune_history(2, 3)
+        assert backend.exists("chk-2/op-agg/kg-0") and backend.exists("chk-3/op-agg/kg-0")
+        assert not backend.exists(stats_path(2))
+        complete_chained(store, 4, (), b"full")
+        assert store.discard_debris(below=4, above=1) == [2, 3]
+
+    def test_savepoint_copies_every_part(self, backend):
+        store = CompletedCheckpointStore(backend, num_retained=1)
+        full = complete_chained(store, 1, (), b"full")
+        complete_chained(store, 2, full.parts)
+        sp = store.create_savepoint("sp")
+        h = sp.operators[0]
+        assert all(p.startswith("savepoints/sp/") for p, _ in h.parts)
+        complete_chained(store, 3, (), b"full")
+        complete_chained(store, 4, (), b"full")
+        assert backend.read_snapshot_parts(store.load_savepoint("sp").operators[0]) == \
+            [b"full1", b"delta2"]
