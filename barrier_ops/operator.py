@@ -10,32 +10,30 @@ Plan:
    derived from its text.
 2. ``groupBy("__kg").applyInPandasWithState(...)`` with ``NoTimeout`` (``ProcessingTimeTimeout``
    would make Spark run empty batches forever) and ``append`` output mode: the
-   :class:`~barrier_ops.runtime.KeyGroupRuntime` of each key group lives in ``GroupState``.
+   :class:`~barrier_ops.runtime.KeyGroupRuntime` of each key group lives in ``GroupState``
+   (:mod:`barrier_ops.key_group_state`).
 """
 
 from __future__ import annotations
 
-import io
 import logging
-import pickle
 from typing import Callable, Optional, Union
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType,
+from pyspark.sql.types import (ArrayType, IntegerType, LongType, StringType,
                                StructField, StructType, TimestampType)
 
 from barrier_ops.exceptions import InvalidOptionError
 from barrier_ops.function import as_keyed_function
 from barrier_ops.keygroups import DEFAULT_MAX_PARALLELISM, key_group_column
+from barrier_ops.key_group_state import KEY_GROUP_COLUMN, STATE_SCHEMA, run_batch
 from barrier_ops.options import EXACTLY_ONCE, OperatorOptions
 from barrier_ops.output_rows import CONTROL_COLUMNS
-from barrier_ops.runtime import KeyGroupRuntime
 from barrier_core.schema import KIND_ACK, KIND_RECORD
 
 logger = logging.getLogger(__name__)
 
-KEY_GROUP_COLUMN = "__kg"
 CONTROL_FIELDS = [
     StructField("topic", StringType()),
     StructField("partition", IntegerType()),
@@ -47,7 +45,6 @@ CONTROL_FIELDS = [
     StructField("barrier_channels", ArrayType(StringType())),
     StructField("ack", StringType()),
 ]
-STATE_SCHEMA = StructType([StructField("runtime", BinaryType())])
 REQUIRED_INPUT = ("kind", "checkpoint_id", "topic", "partition", "offset")
 
 
@@ -59,22 +56,6 @@ def operator_output_schema(output_schema: Union[StructType, str]) -> StructType:
         raise InvalidOptionError(f"output_schema uses reserved column names {clash}; the operator "
                                  f"adds {CONTROL_COLUMNS} itself")
     return StructType(list(user.fields) + CONTROL_FIELDS)
-
-
-class _RuntimeUnpickler(pickle.Unpickler):
-    """Reads a key group's runtime pickled by an older release, where the barrier aligners lived
-    in ``barrier_source.alignment`` (now ``barrier_ops.alignment``), so a query upgraded
-    mid-stream keeps its in-flight alignment state."""
-
-    def find_class(self, module: str, name: str):
-        if module.startswith("barrier_source.alignment"):
-            module = "barrier_ops.alignment" + module[len("barrier_source.alignment"):]
-        return super().find_class(module, name)
-
-
-def load_runtime(blob: bytes) -> KeyGroupRuntime:
-    """Unpickle a key group's runtime from its ``GroupState`` row (executor)."""
-    return _RuntimeUnpickler(io.BytesIO(blob)).load()
 
 
 def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
@@ -148,19 +129,10 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
     keyed = with_key_groups(df, key_col, max_parallelism)
 
     def run_key_group(key, pdfs, state):
-        import pandas as pd
-
-        kg = int(key[0])
-        if state.exists:
-            runtime = load_runtime(state.get[0])
-        else:
-            runtime = KeyGroupRuntime.create(opts, kg)
-        frames = list(pdfs)
-        pdf = pd.concat(frames, ignore_index=True) if len(frames) != 1 else frames[0]
-        out = runtime.process_batch(opts, kfn, key_col, user_columns,
-                                    pdf.drop(columns=[KEY_GROUP_COLUMN]),
-                                    state.getCurrentProcessingTimeMs())
-        state.update((pickle.dumps(runtime, protocol=4),))
+        blob = state.get[0] if state.exists else None
+        out, blob = run_batch(opts, kfn, key_col, user_columns, int(key[0]), blob, pdfs,
+                              state.getCurrentProcessingTimeMs())
+        state.update((blob,))
         if len(out):
             yield out
 

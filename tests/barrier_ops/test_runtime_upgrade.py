@@ -4,7 +4,7 @@
 import pickle
 
 from barrier_ops.alignment import Barrier
-from barrier_ops.operator import load_runtime
+from barrier_ops.key_group_state import load_runtime
 
 
 def test_runtime_pickled_with_the_old_module_path_loads():

@@ -1,0 +1,56 @@
+"""A key group's runtime as its ``GroupState`` value, and one micro-batch of it (executor).
+
+The keyed operator keeps the :class:`~barrier_ops.runtime.KeyGroupRuntime` of a key group as a
+single pickled value (:data:`STATE_SCHEMA`) in ``applyInPandasWithState``'s ``GroupState`` and
+calls :func:`run_batch` once per key group and micro-batch. Spark commits that value with the
+batch, so a retried or replayed task starts from the runtime of the last committed batch and
+decides exactly as the first attempt did.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from typing import Callable, Iterable, List, Optional, Tuple
+
+import pandas as pd
+from pyspark.sql.types import BinaryType, StructField, StructType
+
+from barrier_ops.options import OperatorOptions
+from barrier_ops.runtime import KeyGroupRuntime
+
+#: The key group column ``with_key_groups`` adds (the operator's grouping key).
+KEY_GROUP_COLUMN = "__kg"
+STATE_SCHEMA = StructType([StructField("runtime", BinaryType())])
+
+
+class _RuntimeUnpickler(pickle.Unpickler):
+    """Reads a key group's runtime pickled by an older release, where the barrier aligners lived
+    in ``barrier_source.alignment`` (now ``barrier_ops.alignment``), so a query upgraded
+    mid-stream keeps its in-flight alignment state."""
+
+    def find_class(self, module: str, name: str):
+        if module.startswith("barrier_source.alignment"):
+            module = "barrier_ops.alignment" + module[len("barrier_source.alignment"):]
+        return super().find_class(module, name)
+
+
+def load_runtime(blob: bytes) -> KeyGroupRuntime:
+    """Unpickle a key group's runtime from its state value (executor)."""
+    return _RuntimeUnpickler(io.BytesIO(blob)).load()
+
+
+def run_batch(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: List[str],
+              key_group: int, blob: Optional[bytes], frames: Iterable[pd.DataFrame],
+              batch_time_ms: int) -> Tuple[pd.DataFrame, bytes]:
+    """Run key group ``key_group``'s rows of one micro-batch through its runtime (``blob``, or a
+    new one, restored from ``opts.restore_from`` when set); returns the output rows and the
+    runtime's new state value. The frames' ``__kg`` column is dropped before the runtime sees
+    the rows."""
+    runtime = load_runtime(blob) if blob is not None else KeyGroupRuntime.create(opts, key_group)
+    frames = list(frames)
+    pdf = pd.concat(frames, ignore_index=True) if len(frames) != 1 else frames[0]
+    out = runtime.process_batch(opts, fn, key_col, user_columns,
+                                pdf.drop(columns=[KEY_GROUP_COLUMN]), batch_time_ms)
+    return out, pickle.dumps(runtime, protocol=4)
+
