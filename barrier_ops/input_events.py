@@ -11,7 +11,8 @@ copies them once, each key's rows together, keys in first-appearance order (like
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence, Tuple
+import json
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
@@ -108,12 +109,20 @@ def _markers(rows: pd.DataFrame) -> Dict[str, list]:
         if row["kind"] == KIND_CANCEL:
             ev = CancellationBarrier(cid, ch)
         else:
-            chans = row.get("barrier_channels")
+            chans = channels_of(row.get("barrier_channels"))
             ts = row.get("checkpoint_timestamp")
             ev = Barrier(cid, ch, off, None if ts is None or pd.isna(ts) else int(ts),
                          tuple(chans) if chans is not None else ())
         markers.setdefault(ch, []).append((np.inf if off is None else off, cid, ev))
     return markers
+
+
+def channels_of(value) -> Optional[Sequence[str]]:
+    """A barrier row's ``barrier_channels``: the JSON text ``with_key_groups`` sends (a list
+    from a frame built otherwise, e.g. in tests)."""
+    if isinstance(value, str):
+        return json.loads(value)
+    return value
 
 
 def _chunks(channel: str, pdf: pd.DataFrame, positions: np.ndarray,

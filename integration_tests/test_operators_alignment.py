@@ -116,3 +116,21 @@ def test_missing_key_column_lists_the_columns_the_input_has(spark, tmp_path):
     message = str(err.value)
     assert "['user_id']" in message and "'key'" in message and "'value'" in message
     assert "key_col='user_id'" in message
+
+
+def test_the_stateful_step_gets_no_list_column(script_spark, tmp_path):
+    """PySpark 4.3 sizes the Arrow batch it builds for ``applyInPandasWithState`` after every row,
+    and Arrow's ``ListVector`` makes that walk back to the last non-null value: for
+    ``barrier_channels``, null on every record, a cost quadratic in the rows per Arrow batch
+    (an eighth of the executor's JVM samples in a profile of bench_pipeline). The operator
+    sends it as JSON text; the aligned count above still reads every barrier's channels."""
+    from pyspark.sql.types import ArrayType, StringType
+
+    from barrier_ops.operator import with_key_groups
+
+    path = write_script(make_script(3), str(tmp_path / "script.json"))
+    df = script_spark.readStream.format("barrier-ops-script").option("path", path).load()
+    assert isinstance(df.schema["barrier_channels"].dataType, ArrayType)
+    keyed = with_key_groups(df, "key", MAXP)
+    assert [f.name for f in keyed.schema.fields if isinstance(f.dataType, ArrayType)] == []
+    assert keyed.schema["barrier_channels"].dataType == StringType()

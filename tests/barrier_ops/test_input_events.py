@@ -169,3 +169,19 @@ def test_output_rows_equal_a_frame_built_row_by_row_in_any_mix(seed):
     names = columns + CONTROL_COLUMNS  # column lists, as the code this replaced built them
     want = pd.DataFrame({c: [row[c] for row in expected] for c in names}, columns=names)
     pd.testing.assert_frame_equal(out.frame(), want)
+
+
+def test_barrier_channels_arrive_as_json_text_or_as_a_list():
+    """``with_key_groups`` sends a barrier's channels as JSON text; frames built otherwise (tests,
+    chunks held back by an older release) hold a list: both give the same barrier."""
+    from barrier_ops.input_events import channels_of
+
+    assert channels_of('["t:0", "t:1"]') == ["t:0", "t:1"]
+    assert list(channels_of(np.array(["t:0", "t:1"], dtype=object))) == ["t:0", "t:1"]
+    assert channels_of(None) is None
+    base = dict(kind=["barrier"], topic=["t"], partition=[0], offset=[5], key=[None],
+                checkpoint_id=[2], checkpoint_timestamp=[77])
+    as_text = build_events(pd.DataFrame(dict(base, barrier_channels=['["t:0", "t:1"]'])))
+    as_list = build_events(pd.DataFrame(dict(base, barrier_channels=[["t:0", "t:1"]])))
+    assert as_text == as_list
+    assert as_text[0].channels == ("t:0", "t:1")
