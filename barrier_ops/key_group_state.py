@@ -53,4 +53,3 @@ def run_batch(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: L
     out = runtime.process_batch(opts, fn, key_col, user_columns,
                                 pdf.drop(columns=[KEY_GROUP_COLUMN]), batch_time_ms)
     return out, pickle.dumps(runtime, protocol=4)
-

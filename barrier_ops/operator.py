@@ -148,8 +148,8 @@ def with_key_groups(df: DataFrame, key_col: str, max_parallelism: int) -> DataFr
     every row, and for a list column that is null on most rows (on every record) Arrow's
     ``ListVector.setValueCount`` walks back to the last non-null row each time, a cost quadratic
     in the rows per Arrow batch."""
-    if isinstance(df.schema["barrier_channels"].dataType if "barrier_channels" in df.columns
-                  else None, ArrayType):
+    if "barrier_channels" in df.columns and isinstance(df.schema["barrier_channels"].dataType,
+                                                       ArrayType):
         df = df.withColumn("barrier_channels", F.to_json(F.col("barrier_channels")))
     key_type = df.schema[key_col].dataType
     kind = F.col("kind")
