@@ -118,8 +118,8 @@ def _markers(rows: pd.DataFrame) -> Dict[str, list]:
 
 
 def channels_of(value) -> Optional[Sequence[str]]:
-    """A barrier row's ``barrier_channels``: the JSON text ``with_key_groups`` sends (a list
-    from a frame built otherwise, e.g. in tests)."""
+    """A barrier row's ``barrier_channels``: the JSON text ``with_key_groups`` sends, or a list
+    from a frame built without it (unit tests calling the runtime directly)."""
     if isinstance(value, str):
         return json.loads(value)
     return value

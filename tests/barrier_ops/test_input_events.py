@@ -172,8 +172,8 @@ def test_output_rows_equal_a_frame_built_row_by_row_in_any_mix(seed):
 
 
 def test_barrier_channels_arrive_as_json_text_or_as_a_list():
-    """``with_key_groups`` sends a barrier's channels as JSON text; frames built otherwise (tests,
-    chunks held back by an older release) hold a list: both give the same barrier."""
+    """``with_key_groups`` sends a barrier's channels as JSON text; frames built without it (unit
+    tests calling the runtime directly) hold a list: both give the same barrier."""
     from barrier_ops.input_events import channels_of
 
     assert channels_of('["t:0", "t:1"]') == ["t:0", "t:1"]
