@@ -28,6 +28,7 @@ from barrier_core.kafka_clients import kafka_client
 from barrier_sink import kip939, producer_reuse
 from barrier_sink.committer import SinkCommitter
 from barrier_sink.exceptions import RecordsNotWrittenError
+from barrier_sink.producer_flush import flush_through_splits
 from barrier_sink.record_appender import RecordAppender
 from barrier_sink.producer_reuse import discard as _close_quietly
 
@@ -228,22 +229,8 @@ class TransactionalWriter:
         return handle
 
     def _flush(self) -> None:
-        """``flush()`` until every batch is acknowledged or failed. kafka-python's flush raises
-        ``UnknownError('Future not done')`` when a batch it waits for was split and re-enqueued
-        (the broker answered MESSAGE_TOO_LARGE for the batch as a whole); the halves are waited
-        for by the next call, at most one round per halving."""
-        from kafka import errors as Errors
-
-        for _ in range(_FLUSH_ROUNDS):
-            try:
-                self._producer.flush()
-                return
-            except Errors.UnknownError as exc:
-                if "Future not done" not in str(exc):
-                    raise
-                logger.info("%s: a record batch was split; flushing its halves",
-                            self.transactional_id)
-        self._producer.flush()
+        """Every record acknowledged or failed, batches the broker split included."""
+        flush_through_splits(self._producer, self.transactional_id)
 
     def close_without_finishing(self) -> None:
         """Leaves the flushed transaction open for the driver to finish; the producer is parked
@@ -260,9 +247,6 @@ class TransactionalWriter:
                 _close_quietly(self._producer)
                 self._producer = None
 
-
-#: Flush rounds for batches split after MESSAGE_TOO_LARGE (one per halving of a batch).
-_FLUSH_ROUNDS = 32
 
 #: What to do about records Kafka refused, by the kafka-python error's class name.
 _REFUSAL_FIXES = {
