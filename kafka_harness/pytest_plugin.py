@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 
+from kafka_harness import jvm_startup
 from kafka_harness.broker import KafkaBroker
 from kafka_harness.s3 import S3Server
 from kafka_harness.spark import build_spark
@@ -24,6 +25,23 @@ def pytest_terminal_summary(terminalreporter):
     """Print the test broker's start time and peak memory after the run (issue figures)."""
     for line in _BROKER_FIGURES:
         terminalreporter.write_line(line)
+
+
+def pytest_sessionstart(session):
+    """Spark drivers started by the tests (in this process and in every pipeline child) map one
+    class archive and compile with the JIT's first tier (:mod:`kafka_harness.jvm_startup`); the
+    archive is written on the first run on a machine."""
+    import time
+
+    os.environ[jvm_startup.QUICK_JIT_ENV] = "1"
+    start = time.monotonic()
+    path = jvm_startup.archive_path()
+    existed = path is not None and path.is_file()
+    archive = jvm_startup.ensure_archive()
+    how = "reused" if existed else f"written in {time.monotonic() - start:.0f}s"
+    _BROKER_FIGURES.append(f"[kafka-harness] Spark driver class archive: "
+                           f"{archive if archive else 'none (drivers load every class)'}"
+                           f"{' (' + how + ')' if archive else ''}")
 
 
 class ExternalBroker:

@@ -28,6 +28,7 @@ def build_spark(app_name: str = "barrier-kafka-tests", shuffle_partitions: int =
     from pyspark.sql import SparkSession
 
     import barrier_kafka
+    from kafka_harness.jvm_startup import driver_java_options
 
     if master.startswith("sc://"):  # a Spark Connect server (kafka_harness.spark_connect)
         spark = SparkSession.builder.remote(master).getOrCreate()
@@ -45,6 +46,9 @@ def build_spark(app_name: str = "barrier-kafka-tests", shuffle_partitions: int =
                .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
     settings = cluster_conf(master) if master.startswith("spark://") else {}
     settings.update(conf)
+    java_options = driver_java_options(settings.get("spark.driver.extraJavaOptions", ""))
+    if java_options:  # a class archive and, in tests, a quicker JIT (kafka_harness.jvm_startup)
+        settings["spark.driver.extraJavaOptions"] = java_options
     for k, v in settings.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
