@@ -143,14 +143,15 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
 def with_key_groups(df: DataFrame, key_col: str, max_parallelism: int) -> DataFrame:
     """``df`` plus ``__kg``: records keep one row, markers fan out to every key group.
 
-    ``barrier_channels`` goes on as its JSON text (:func:`~barrier_ops.input_events.channels_of`
-    reads it): PySpark 4.3 sizes the Arrow batch it builds for ``applyInPandasWithState`` after
-    every row, and for a list column that is null on most rows (on every record) Arrow's
-    ``ListVector.setValueCount`` walks back to the last non-null row each time, a cost quadratic
-    in the rows per Arrow batch."""
+    ``barrier_channels`` goes on as JSON text on control rows and null on records
+    (:func:`~barrier_ops.input_events.channels_of` reads it): PySpark 4.3 sizes the Arrow batch
+    it builds for ``applyInPandasWithState`` after every row, and for a list column that is null
+    on most rows Arrow's ``ListVector.setValueCount`` walks back to the last non-null row each
+    time, a cost quadratic in the rows per Arrow batch (a string column has no such walk)."""
     if "barrier_channels" in df.columns and isinstance(df.schema["barrier_channels"].dataType,
                                                        ArrayType):
-        df = df.withColumn("barrier_channels", F.to_json(F.col("barrier_channels")))
+        df = df.withColumn("barrier_channels", F.when(F.col("kind") != KIND_RECORD,
+                                                      F.to_json(F.col("barrier_channels"))))
     key_type = df.schema[key_col].dataType
     kind = F.col("kind")
     all_groups = F.sequence(F.lit(0), F.lit(max_parallelism - 1))

@@ -80,12 +80,12 @@ def test_output_rows_have_the_dtypes_of_a_frame_built_row_by_row():
     expected = []
     out.add_control(kind="ack", checkpoint_id=3, topic="t", partition=None, ack='{"a": 1}')
     expected.append(dict(dict.fromkeys(columns + CONTROL_COLUMNS), kind="ack", checkpoint_id=3,
-                         topic="t", partition=None, ack='{"a": 1}'))
+                         topic="t", partition=None, ack='{"a": 1}', barrier_channels=[]))
     out.add_records([("x", 1), ("y", 2)], "op:c", 5, 10, ts, 4)
     for i, (w, c) in enumerate([("x", 1), ("y", 2)]):
         expected.append(dict(word=w, count=c, topic="op:c", partition=5, offset=10 + i,
                              timestamp=ts, kind="record", checkpoint_id=4,
-                             checkpoint_timestamp=None, barrier_channels=None, ack=None))
+                             checkpoint_timestamp=None, barrier_channels=[], ack=None))
     out.add_control(kind="barrier", checkpoint_id=4, topic="op:c", partition=5, offset=12,
                     checkpoint_timestamp=99, barrier_channels=["op:c:0", "op:c:1"])
     expected.append(dict(dict.fromkeys(columns + CONTROL_COLUMNS), kind="barrier",
@@ -155,7 +155,7 @@ def test_output_rows_equal_a_frame_built_row_by_row_in_any_mix(seed):
             out.add_records(rows, topic, part, first, ts, epoch)
             expected += [dict(word=w, count=c, topic=topic, partition=part, offset=first + i,
                               timestamp=ts, kind="record", checkpoint_id=epoch,
-                              checkpoint_timestamp=None, barrier_channels=None, ack=None)
+                              checkpoint_timestamp=None, barrier_channels=[], ack=None)
                          for i, (w, c) in enumerate(rows)]
         else:
             fields = rng.choice([
@@ -165,7 +165,8 @@ def test_output_rows_equal_a_frame_built_row_by_row_in_any_mix(seed):
                 dict(kind="barrier", checkpoint_id=5, topic="op:c", partition=1, offset=None,
                      checkpoint_timestamp=100, barrier_channels=[])])
             out.add_control(**fields)
-            expected.append(dict(dict.fromkeys(columns + CONTROL_COLUMNS), **fields))
+            expected.append(dict(dict.fromkeys(columns + CONTROL_COLUMNS),
+                                 **{"barrier_channels": [], **fields}))
     names = columns + CONTROL_COLUMNS  # column lists, as the code this replaced built them
     want = pd.DataFrame({c: [row[c] for row in expected] for c in names}, columns=names)
     pd.testing.assert_frame_equal(out.frame(), want)
