@@ -104,6 +104,8 @@ def _run_warm_up(java_options: str, check_only: bool = False) -> None:
     cmd = [sys.executable, "-m", "kafka_harness.jvm_startup", java_options]
     if check_only:
         cmd.append("--check")
+    # The driver JVM inherits the child's stdout: reading the pipe to its end waits for the JVM
+    # to exit too, after it wrote the archive (it outlives the Python child by a few seconds).
     done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           timeout=WARM_UP_TIMEOUT_S)
     if done.returncode != 0:
@@ -118,6 +120,7 @@ def _warm_up(java_options: str, check_only: bool) -> None:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.state import GroupStateTimeout
 
+    # Not build_spark: it adds the cached archive, which the JVM that writes one must not map.
     spark = (SparkSession.builder.master("local[2]").appName("barrier-kafka-jvm-warm-up")
              .config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "2")

@@ -18,12 +18,13 @@ from kafka_harness.spark import build_spark
 from kafka_harness.topics import create_topic
 
 
-_BROKER_FIGURES: list = []  # lines for the terminal summary (fixture output is captured)
+_SUMMARY_LINES: list = []  # lines for the terminal summary (fixture output is captured)
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Print the test broker's start time and peak memory after the run (issue figures)."""
-    for line in _BROKER_FIGURES:
+    """Print the test broker's start time and peak memory and the Spark driver class archive
+    after the run (issue figures)."""
+    for line in _SUMMARY_LINES:
         terminalreporter.write_line(line)
 
 
@@ -34,14 +35,14 @@ def pytest_sessionstart(session):
     import time
 
     os.environ[jvm_startup.QUICK_JIT_ENV] = "1"
-    start = time.monotonic()
     path = jvm_startup.archive_path()
-    existed = path is not None and path.is_file()
+    reused = path is not None and path.is_file()
+    start = time.monotonic()
     archive = jvm_startup.ensure_archive()
-    how = "reused" if existed else f"written in {time.monotonic() - start:.0f}s"
-    _BROKER_FIGURES.append(f"[kafka-harness] Spark driver class archive: "
-                           f"{archive if archive else 'none (drivers load every class)'}"
-                           f"{' (' + how + ')' if archive else ''}")
+    took = f"written in {time.monotonic() - start:.0f}s"
+    what = f"{archive} ({'reused' if reused else took})" if archive else \
+        "none (drivers load every class)"
+    _SUMMARY_LINES.append(f"[kafka-harness] Spark driver class archive: {what}")
 
 
 class ExternalBroker:
@@ -67,8 +68,8 @@ def kafka_broker():
     finally:
         rss = broker.peak_rss_bytes()
         if rss:
-            _BROKER_FIGURES.append(f"[kafka-harness] test broker: start "
-                                   f"{broker.start_seconds:.1f}s, peak RSS {rss / 2**20:.0f} MiB")
+            _SUMMARY_LINES.append(f"[kafka-harness] test broker: start "
+                                  f"{broker.start_seconds:.1f}s, peak RSS {rss / 2**20:.0f} MiB")
         broker.stop()
 
 
