@@ -3,9 +3,10 @@
 The exactly-once tests kill and restart pipelines about a hundred times per run, and each restart
 starts a new Spark driver JVM; most of its start is loading and verifying Spark's classes. With
 class data sharing (a JDK 13+ dynamic archive) one warm-up run stores the classes Spark loaded in
-an archive in the cache folder, keyed by the JDK and Spark's jars, and every later driver maps it
-instead. The pytest plugin also asks for the JIT's first tier only (``-XX:TieredStopAtLevel=1``):
-test pipelines are short, so compiling less pays; benchmarks never get it.
+an archive in the cache folder, keyed by the JDK, Spark's jars and ``SPARK_HOME``, and every later
+driver maps it instead. The pytest plugin also asks for the JIT's first tier only
+(``-XX:TieredStopAtLevel=1``): test pipelines are short, so compiling less pays; benchmarks
+never get it.
 
 Guarantees: an archive is written to a staging name and renamed into place only after the JVM
 that wrote it exited cleanly and a fresh JVM has mapped it (a half-written or unusable archive is
@@ -52,6 +53,9 @@ def archive_path() -> Optional[Path]:
     digest = hashlib.sha256()
     digest.update(os.path.realpath(java).encode())
     digest.update(pyspark.__version__.encode())
+    # The archive records the class path, which starts at SPARK_HOME (the tests' compiled home
+    # links the same jars under another path): a driver maps only an archive of its own home.
+    digest.update(os.environ.get("SPARK_HOME", "").encode())
     for name in sorted(os.listdir(jars)) if jars.is_dir() else ():
         digest.update(name.encode())
     return cache_root() / "jvm" / f"spark-driver-{digest.hexdigest()[:16]}.jsa"

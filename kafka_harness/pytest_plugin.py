@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from kafka_harness import jvm_startup
+from kafka_harness import compiled_spark_home, jvm_startup
 from kafka_harness.broker import KafkaBroker
 from kafka_harness.s3 import S3Server
 from kafka_harness.spark import build_spark
@@ -29,11 +29,19 @@ def pytest_terminal_summary(terminalreporter):
 
 
 def pytest_sessionstart(session):
-    """Spark drivers started by the tests (in this process and in every pipeline child) map one
-    class archive and compile with the JIT's first tier (:mod:`kafka_harness.jvm_startup`); the
-    archive is written on the first run on a machine."""
+    """Spark drivers started by the tests (in this process and in every pipeline child) run
+    from a Spark home whose Python workers import PySpark as bytecode
+    (:mod:`kafka_harness.compiled_spark_home`; unless ``SPARK_HOME`` is set), map one class
+    archive and compile with the JIT's first tier (:mod:`kafka_harness.jvm_startup`); the home
+    and the archive are written on the first run on a machine."""
     import time
 
+    if not os.environ.get("SPARK_HOME"):
+        home = compiled_spark_home.ensure_home()
+        if home is not None:
+            os.environ["SPARK_HOME"] = str(home)
+    home = os.environ.get("SPARK_HOME") or "the installed PySpark's"
+    _SUMMARY_LINES.append(f"[kafka-harness] Spark home: {home}")
     os.environ[jvm_startup.QUICK_JIT_ENV] = "1"
     path = jvm_startup.archive_path()
     reused = path is not None and path.is_file()

@@ -36,9 +36,12 @@ def _free_port() -> int:
 
 
 def spark_home() -> str:
-    import pyspark
+    """The installed PySpark's Spark home, or the tests' compiled copy of it when the pytest
+    plugin set ``SPARK_HOME`` to that (:mod:`kafka_harness.compiled_spark_home`)."""
+    from kafka_harness.compiled_spark_home import home_path, installed_home
 
-    return os.path.dirname(pyspark.__file__)
+    compiled = str(home_path())
+    return compiled if os.environ.get("SPARK_HOME") == compiled else str(installed_home())
 
 
 class StandaloneCluster:
