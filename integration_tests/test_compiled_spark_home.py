@@ -16,7 +16,10 @@ from kafka_harness import compiled_spark_home
 
 def test_the_session_workers_import_pyspark_as_bytecode(spark):
     home = compiled_spark_home.home_path()
-    assert os.environ.get("SPARK_HOME") == str(home), "pytest_sessionstart set no compiled home"
+    chosen = os.environ.get("SPARK_HOME", "")
+    if chosen and not chosen.startswith(str(home.parent)):
+        pytest.skip(f"SPARK_HOME={chosen} was set before the run: the tests use it as it is")
+    assert chosen == str(home), "pytest_sessionstart set no compiled home"
 
     def where(_):
         import sys as worker_sys
