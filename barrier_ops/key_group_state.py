@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import warnings
 from typing import Callable, Iterable, List, Optional, Tuple
 
 import pandas as pd
@@ -18,6 +19,16 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from barrier_ops.options import OperatorOptions
 from barrier_ops.runtime import KeyGroupRuntime
+
+# PySpark's applyInPandasWithState pads the group-state frame with all-NA rows up to the output
+# rows and concatenates the two (pyspark/worker.py); pandas 2.1+ warns about that concat once per
+# output chunk, which filled executor logs with one FutureWarning per chunk of every batch. The
+# frames are PySpark's, not the user's, and pandas < 3 (setup.cfg) keeps the behaviour it warns
+# about, so the warning is ignored for that message from that module only, in the worker that
+# imports this module.
+warnings.filterwarnings("ignore", message="The behavior of DataFrame concatenation with empty or "
+                        "all-NA entries is deprecated", category=FutureWarning,
+                        module=r"pyspark\.worker")
 
 #: The key group column ``with_key_groups`` adds (the operator's grouping key).
 KEY_GROUP_COLUMN = "__kg"
