@@ -12,6 +12,9 @@ Plan:
    would make Spark run empty batches forever) and ``append`` output mode: the
    :class:`~barrier_ops.runtime.KeyGroupRuntime` of each key group lives in ``GroupState``
    (:mod:`barrier_ops.key_group_state`).
+3. Where the user's output columns allow it (:func:`~barrier_ops.packed_rows.packable`), the
+   stateful step returns a key's records packed into rows of arrays and the JVM unpacks them
+   (:mod:`barrier_ops.packed_rows`): same rows, a fraction of PySpark's per-row cost.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from barrier_ops.keygroups import DEFAULT_MAX_PARALLELISM, key_group_column
 from barrier_ops.key_group_state import KEY_GROUP_COLUMN, STATE_SCHEMA, run_batch
 from barrier_ops.options import EXACTLY_ONCE, OperatorOptions
 from barrier_ops.output_rows import CONTROL_COLUMNS
+from barrier_ops.packed_rows import PACKED_ROW_RECORDS, packable, packed_schema, unpack
 from barrier_core.schema import KIND_ACK, KIND_RECORD
 
 logger = logging.getLogger(__name__)
@@ -117,7 +121,9 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
 
     cloudpickle.dumps(kfn)  # fail on the driver, not in a task, when fn is not picklable
     out_schema = operator_output_schema(output_schema)
-    user_columns = [f.name for f in _as_struct(output_schema).fields]
+    user_schema = _as_struct(output_schema)
+    user_columns = [f.name for f in user_schema.fields]
+    pack = PACKED_ROW_RECORDS if packable(user_schema) else None
     missing = [c for c in REQUIRED_INPUT + (key_col,) if c not in df.columns]
     if missing:
         raise InvalidOptionError(
@@ -131,13 +137,19 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
     def run_key_group(key, pdfs, state):
         blob = state.get[0] if state.exists else None
         out, blob = run_batch(opts, kfn, key_col, user_columns, int(key[0]), blob, pdfs,
-                              state.getCurrentProcessingTimeMs())
+                              state.getCurrentProcessingTimeMs(), pack)
         state.update((blob,))
         if len(out):
             yield out
 
-    return keyed.groupBy(KEY_GROUP_COLUMN).applyInPandasWithState(
-        run_key_group, out_schema, STATE_SCHEMA, "append", "NoTimeout")
+    grouped = keyed.groupBy(KEY_GROUP_COLUMN)
+    if pack is None:
+        return grouped.applyInPandasWithState(run_key_group, out_schema, STATE_SCHEMA, "append",
+                                              "NoTimeout")
+    packed = grouped.applyInPandasWithState(run_key_group,
+                                            packed_schema(user_schema, CONTROL_FIELDS),
+                                            STATE_SCHEMA, "append", "NoTimeout")
+    return unpack(packed, user_schema, CONTROL_FIELDS)
 
 
 def with_key_groups(df: DataFrame, key_col: str, max_parallelism: int) -> DataFrame:

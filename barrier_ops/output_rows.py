@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from barrier_core.schema import KIND_RECORD
+from barrier_ops.packed_rows import PACKED_COUNT
 
 #: columns every operator output row carries after the user's columns (see protocol.md)
 CONTROL_COLUMNS = ["topic", "partition", "offset", "timestamp", "kind", "checkpoint_id",
@@ -68,7 +69,7 @@ class OutputRows:
         total = int(counts.sum())
         if not total:
             return pd.DataFrame({name: [] for name in names}, columns=names)
-        columns = {name: pd.Series(values) for name, values in self._user.items()}
+        columns = {name: _user_series(values) for name, values in self._user.items()}
         for name, values in self._control.items():
             column = pd.Series(values).repeat(counts)
             column.index = pd.RangeIndex(total)
@@ -77,3 +78,41 @@ class OutputRows:
                 column = column + (np.arange(total) - np.repeat(first_row, counts))
             columns[name] = column
         return pd.DataFrame(columns, columns=names)
+
+    def packed_frame(self, max_records: int) -> pd.DataFrame:
+        """The same rows packed (:mod:`barrier_ops.packed_rows`): a block of records takes one
+        row per ``max_records`` of them, its user columns lists of their values and ``offset``
+        the first offset of the row; a control row takes one row with null user columns.
+        :data:`~barrier_ops.packed_rows.PACKED_COUNT` says how many rows each stands for."""
+        names = self.user_columns + CONTROL_COLUMNS + [PACKED_COUNT]
+        user: Dict[str, List[Any]] = {c: [] for c in self.user_columns}
+        control: Dict[str, List[Any]] = {c: [] for c in CONTROL_COLUMNS}
+        counts: List[int] = []
+        kinds, start = self._control["kind"], 0
+        for piece, count in enumerate(self._counts):
+            steps = range(0, count, max_records) if kinds[piece] == KIND_RECORD else (None,)
+            for step in steps:
+                size = 1 if step is None else min(max_records, count - step)
+                for name, values in self._user.items():
+                    user[name].append(None if step is None
+                                      else values[start + step:start + step + size])
+                for name, values in control.items():
+                    value = self._control[name][piece]
+                    values.append(value + step if step and name == "offset" else value)
+                counts.append(size)
+            start += count
+        columns = {name: pd.Series(cells, dtype=object) for name, cells in user.items()}
+        columns.update((name, pd.Series(values)) for name, values in control.items())
+        columns[PACKED_COUNT] = pd.Series(counts, dtype=np.int32)
+        return pd.DataFrame(columns, columns=names)
+
+
+def _user_series(values: List[Any]) -> pd.Series:
+    """A user column of the output frame. pandas turns integers with a null among them (every
+    control row has nulls in the user columns) into floats, which holds an integer exactly only
+    up to 2**53: such a column stays object, which PySpark converts to Arrow integers exactly."""
+    series = pd.Series(values)
+    if series.dtype.kind == "f" and any(isinstance(v, (int, np.integer)) and
+                                        not isinstance(v, bool) for v in values):
+        return pd.Series(values, dtype=object)
+    return series

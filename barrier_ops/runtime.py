@@ -94,9 +94,11 @@ class KeyGroupRuntime:
 
     # ------------------------------------------------------------------ one micro-batch
     def process_batch(self, opts: OperatorOptions, fn: KeyedProcessFunction, key_col: str,
-                      user_columns: List[str], pdf: pd.DataFrame,
-                      batch_time_ms: int) -> pd.DataFrame:
-        """Handle the rows one micro-batch delivered to this key group; return the output."""
+                      user_columns: List[str], pdf: pd.DataFrame, batch_time_ms: int,
+                      pack: Optional[int] = None) -> pd.DataFrame:
+        """Handle the rows one micro-batch delivered to this key group; return the output, one
+        row per output row, or packed up to ``pack`` records a row
+        (:meth:`~barrier_ops.output_rows.OutputRows.packed_frame`)."""
         self._opts, self._fn, self._key_col = opts, fn, key_col
         self._user_columns, self._now_ms = user_columns, batch_time_ms
         self._out = OutputRows(user_columns)
@@ -128,7 +130,7 @@ class KeyGroupRuntime:
                 elif isinstance(out, CheckpointAborted):
                     self.epoch = max(self.epoch, out.checkpoint_id + 1)
             self._process_segment(segment)
-            return self._out.frame()
+            return self._out.frame() if pack is None else self._out.packed_frame(pack)
         finally:
             del self._opts, self._fn, self._key_col, self._user_columns, self._now_ms
             del self._out, self._backend

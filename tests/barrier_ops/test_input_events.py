@@ -91,8 +91,9 @@ def test_output_rows_have_the_dtypes_of_a_frame_built_row_by_row():
     expected.append(dict(dict.fromkeys(columns + CONTROL_COLUMNS), kind="barrier",
                          checkpoint_id=4, topic="op:c", partition=5, offset=12,
                          checkpoint_timestamp=99, barrier_channels=["op:c:0", "op:c:1"]))
-    pd.testing.assert_frame_equal(out.frame(),
-                                  pd.DataFrame(expected, columns=columns + CONTROL_COLUMNS))
+    want = pd.DataFrame(expected, columns=columns + CONTROL_COLUMNS)
+    want["count"] = pd.Series([row["count"] for row in expected], dtype=object)  # ints, nulls
+    pd.testing.assert_frame_equal(out.frame(), want)
     empty = OutputRows(columns).frame()
     assert list(empty.columns) == columns + CONTROL_COLUMNS and len(empty) == 0
 
@@ -169,6 +170,9 @@ def test_output_rows_equal_a_frame_built_row_by_row_in_any_mix(seed):
                                  **{"barrier_channels": [], **fields}))
     names = columns + CONTROL_COLUMNS  # column lists, as the code this replaced built them
     want = pd.DataFrame({c: [row[c] for row in expected] for c in names}, columns=names)
+    if any(isinstance(row["count"], int) for row in expected) and want["count"].isna().any():
+        # ints beside nulls stay object (exact past 2**53)
+        want["count"] = pd.Series([row["count"] for row in expected], dtype=object)
     pd.testing.assert_frame_equal(out.frame(), want)
 
 
