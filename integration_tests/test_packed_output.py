@@ -133,3 +133,47 @@ def test_schemas_with_other_types_keep_one_row_per_output_row_and_exact_integers
     assert len(records) == 20 and all(r.t is not None for r in records)
     assert sorted(r.n - 2 ** 53 for r in records) == sorted(
         r["offset"] for r in script["records"])
+
+
+def test_a_query_started_unpacked_restarts_packed_from_its_checkpoint(script_spark, tmp_path,
+                                                                     monkeypatch):
+    """Upgrading to packed output keeps a running query's state: the stateful step's state and
+    key are unchanged, only the rows it returns are packed. A running count over both runs
+    (Spark's file sink, which restarts from its checkpoint) has every count of every key once."""
+    from barrier_ops.examples.running_count import OUTPUT_SCHEMA_WITH_COUNT, RunningCount
+
+    script = make_script(8, partitions=2, records=60, checkpoints=3, batches=4)
+    path = write_script(script, str(tmp_path / "script.json"))
+    release = tmp_path / "release"
+    out_dir = tmp_path / "out"
+
+    def run_until(batches: int, packed: bool) -> None:
+        release.write_text(str(batches))
+        if not packed:
+            monkeypatch.setattr(operator_module, "packable", lambda user: False)
+        df = (script_spark.readStream.format("barrier-ops-script").option("path", path)
+              .option("release_path", str(release)).load())
+        out = keyed_process(df, "key", RunningCount(with_count=True), OUTPUT_SCHEMA_WITH_COUNT,
+                            operator_id="count", state_backend=f"file://{tmp_path}/state",
+                            max_parallelism=4)
+        q = (out.writeStream.format("parquet").option("path", str(out_dir))
+             .option("checkpointLocation", str(tmp_path / "chk")).start())
+        try:
+            q.processAllAvailable()
+        finally:
+            q.stop()
+            monkeypatch.undo()
+
+    run_until(2, packed=False)
+    first = script_spark.read.parquet(str(out_dir)).filter("kind = 'record'").count()
+    run_until(4, packed=True)
+    records = script_spark.read.parquet(str(out_dir)).filter("kind = 'record'").collect()
+    assert 0 < first < len(records)
+    counts = {}
+    for r in records:
+        counts.setdefault(r.key, []).append(r["count"])
+    want = {}
+    for r in script["records"]:
+        want[r["key"]] = want.get(r["key"], 0) + 1
+    assert {k: sorted(v) for k, v in counts.items()} == \
+        {k: list(range(1, n + 1)) for k, n in want.items()}

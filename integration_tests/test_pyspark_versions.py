@@ -2,9 +2,11 @@
 
 The whole suite runs on the PySpark this project installs (the newest). The compatibility suite
 runs on the newest patch release of each older minor version (``kafka_harness.pyspark_versions``):
-the unit tests, every source option, the notebooks and the exactly-once pipeline killed in the
-middle of a driver commit and restarted, each in a child pytest whose interpreter imports that
-PySpark (Spark's Python workers use the same interpreter), against this session's broker.
+the unit tests, every source option, the notebooks, the operator's packed output against one row
+per record (PySpark's own pandas-to-Arrow conversion decides it) and the exactly-once pipeline
+killed in the middle of a driver commit and restarted, each in a child pytest whose interpreter
+imports that PySpark (Spark's Python workers use the same interpreter), against this session's
+broker.
 
 The matrix takes about 4 minutes per version, so it runs when ``BARRIER_KAFKA_PYSPARK_MATRIX=1``
 (CI sets it in a second step of ``.ci/run``); ``BARRIER_KAFKA_PYSPARK_VERSIONS=4.0.5,4.1.4``
@@ -27,6 +29,7 @@ COMPAT_SELECTION = [
     "tests",
     "integration_tests/test_source_options.py",
     "integration_tests/test_notebooks.py",
+    "integration_tests/test_packed_output.py",
     "integration_tests/test_pyspark_versions.py::test_exactly_once_with_a_kill_on_this_pyspark",
 ]
 VERSIONS = [v.strip() for v in os.environ.get("BARRIER_KAFKA_PYSPARK_VERSIONS",
