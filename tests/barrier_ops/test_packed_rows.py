@@ -74,7 +74,7 @@ def test_a_block_is_split_into_rows_of_at_most_max_records():
     packed = out.packed_frame(32)
     assert packed[PACKED_COUNT].tolist() == [32, 32, 6, 1]
     assert packed["offset"].tolist() == [100, 132, 164, 170]
-    assert packed["count"].iloc[1] == list(range(32, 64)) and packed["word"].iloc[3] is None
+    assert list(packed["count"].iloc[1]) == list(range(32, 64)) and packed["word"].iloc[3] is None
     assert packed[PACKED_COUNT].dtype == np.int32
 
 
