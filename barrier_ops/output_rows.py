@@ -81,8 +81,9 @@ class OutputRows:
 
     def packed_frame(self, max_records: int) -> pd.DataFrame:
         """The same rows packed (:mod:`barrier_ops.packed_rows`): a block of records takes one
-        row per ``max_records`` of them, its user columns lists of their values and ``offset``
-        the first offset of the row; a control row takes one row with null user columns.
+        row per ``max_records`` of them, each user column an array of their values
+        (:func:`_packed_cells`) and ``offset`` the first offset of the row; a control row takes
+        one row with null user columns.
         :data:`~barrier_ops.packed_rows.PACKED_COUNT` says how many rows each stands for. Built
         column by column, as :meth:`frame`: a piece's control values are repeated, not copied
         one by one."""
