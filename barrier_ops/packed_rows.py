@@ -54,8 +54,9 @@ PACKABLE_TYPES = (StringType, BinaryType, BooleanType, ByteType, ShortType, Inte
 def packable(user: StructType) -> bool:
     """Whether the user's output columns can cross packed: every one nullable and of a type in
     :data:`PACKABLE_TYPES` (an unpacked column keeps its declared nullability, a packed one would
-    come back nullable)."""
-    return all(f.nullable and type(f.dataType) in PACKABLE_TYPES for f in user.fields)
+    come back nullable), and none named like a column the packing adds."""
+    return all(f.nullable and type(f.dataType) in PACKABLE_TYPES
+               and f.name not in (PACKED_COUNT, _POSITION) for f in user.fields)
 
 
 def packed_schema(user: StructType, control: list) -> StructType:

@@ -84,3 +84,20 @@ def test_integers_above_2_pow_53_stay_exact_beside_null_control_rows():
     out.add_records([("w", 2 ** 53 + 1)], "op:c", 0, 0, None, 1)
     out.add_control(kind="ack", checkpoint_id=1, topic="op:c", partition=0, ack="{}")
     assert out.frame()["count"].tolist()[0] == 2 ** 53 + 1
+
+
+def test_only_nullable_columns_of_plain_types_with_free_names_are_packed():
+    from pyspark.sql.types import (ArrayType, DecimalType, LongType, StringType, StructField,
+                                   StructType, TimestampType)
+
+    from barrier_ops.packed_rows import packable
+
+    def schema(*fields):
+        return StructType([StructField(*f) for f in fields])
+
+    assert packable(schema(("k", StringType()), ("n", LongType())))
+    assert not packable(schema(("k", StringType(), False)))
+    for other in (TimestampType(), DecimalType(10, 2), ArrayType(StringType())):
+        assert not packable(schema(("k", StringType()), ("x", other)))
+    for name in (PACKED_COUNT, "__pos"):
+        assert not packable(schema((name, LongType())))
