@@ -144,14 +144,14 @@ class KeyGroupRuntime:
             return
         rows, keys, bounds = group_by_key(*gather(segment), self._key_col)
         latest = _LatestTimestamp(rows)
-        for i, key in enumerate(keys):
-            a, b = int(bounds[i]), int(bounds[i + 1])
+        ranges = zip(bounds[:-1].tolist(), bounds[1:].tolist(), latest.of_ranges(bounds))
+        for key, (a, b, ts) in zip(keys, ranges):
             key = _py(key)
             if self.incremental is not None:
                 self.incremental.touch(key)
             ctx = KeyedContext(self.store, key, self.key_group, self.epoch, self._now_ms)
             out = self._fn.process_records(key, rows.iloc[a:b], ctx)
-            self._emit_records(out, latest.between(a, b))
+            self._emit_records(out, ts)
         wm_ts = latest.between(0, len(rows))
         if wm_ts is not None:
             wm = int(wm_ts.value // 1_000_000) - self._opts.watermark_delay_ms
@@ -245,6 +245,17 @@ class _LatestTimestamp:
         else:
             ts = self._values[a + int(self._i8[a:b].argmax())]
         return None if pd.isna(ts) else ts
+
+    def of_ranges(self, bounds: np.ndarray) -> List[Any]:
+        """``between(bounds[i], bounds[i + 1])`` for every ``i`` (non-empty ranges), computed
+        for all ranges at once: boxing one range's maximum at a time cost about 3 us per key."""
+        if self._i8 is None or len(bounds) < 2:
+            return [self.between(a, b) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+        starts = np.asarray(bounds[:-1], dtype=np.int64)
+        peak = np.maximum.reduceat(self._i8, starts)
+        hits = np.flatnonzero(self._i8 == np.repeat(peak, np.diff(bounds)))
+        first = hits[np.searchsorted(hits, starts)]   # a row of each range holding its maximum
+        return [None if ts is pd.NaT else ts for ts in self._values.take(first).astype(object)]
 
 
 def _py(value):

@@ -190,3 +190,35 @@ def test_barrier_channels_arrive_as_json_text_or_as_a_list():
     as_list = build_events(pd.DataFrame(dict(base, barrier_channels=[["t:0", "t:1"]])))
     assert as_text == as_list
     assert as_text[0].channels == ("t:0", "t:1")
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("kind", ["naive", "utc", "berlin", "nat", "object", "missing"])
+def test_latest_timestamps_of_all_ranges_equal_those_of_each_range(seed, kind):
+    """The runtime boxes every key's latest timestamp at once (_LatestTimestamp.of_ranges); it
+    must give what between() gives range by range: tz, NaT-only ranges (None), ties, columns
+    that are not datetimes or absent."""
+    from barrier_ops.runtime import _LatestTimestamp
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    stamps = pd.to_datetime(rng.integers(0, 5, n) * 10**9 + 1_767_225_600 * 10**9)
+    if kind == "utc":
+        stamps = stamps.tz_localize("UTC")
+    elif kind == "berlin":
+        stamps = stamps.tz_localize("UTC").tz_convert("Europe/Berlin")
+    column = pd.Series(stamps)
+    if kind == "nat":
+        column[rng.random(n) < 0.6] = pd.NaT
+    elif kind == "object":
+        column = column.astype(object)
+    rows = pd.DataFrame({"key": range(n)} if kind == "missing" else {"timestamp": column})
+    cuts = np.sort(rng.choice(np.arange(1, n), size=min(n - 1, int(rng.integers(0, 10))),
+                              replace=False)) if n > 1 else np.array([], dtype=np.int64)
+    bounds = np.r_[0, cuts, n]
+    latest = _LatestTimestamp(rows)
+    want = [latest.between(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+    got = latest.of_ranges(bounds)
+    assert got == want
+    assert [None if w is None else str(w.tz) for w in want] == \
+        [None if g is None else str(g.tz) for g in got]
