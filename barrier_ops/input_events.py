@@ -64,7 +64,7 @@ def build_events(pdf: pd.DataFrame) -> List[Any]:
     other kinds (acks) are not events.
     """
     kind = pdf["kind"].to_numpy()
-    markers = _markers(pdf.iloc[np.flatnonzero((kind == KIND_BARRIER) | (kind == KIND_CANCEL))])
+    markers = _markers(pdf, np.flatnonzero((kind == KIND_BARRIER) | (kind == KIND_CANCEL)))
     records = np.flatnonzero(kind == KIND_RECORD)
     by_channel: Dict[str, np.ndarray] = {}
     if len(records):
@@ -98,19 +98,29 @@ def build_events(pdf: pd.DataFrame) -> List[Any]:
     return events
 
 
-def _markers(rows: pd.DataFrame) -> Dict[str, list]:
-    """``channel -> [(offset or inf, checkpoint id, Barrier | CancellationBarrier)]``."""
+def _markers(pdf: pd.DataFrame, rows: np.ndarray) -> Dict[str, list]:
+    """``channel -> [(offset or inf, checkpoint id, Barrier | CancellationBarrier)]`` of the
+    marker rows at positions ``rows`` of ``pdf``, read from the columns' arrays: a key group
+    gets a marker per channel and checkpoint, and a frame of them (``iloc`` then ``to_dict``)
+    cost more than the rest of a small key group's batch."""
     markers: Dict[str, list] = {}
-    for row in rows.to_dict("records"):
-        ch = channel_name(row["topic"], int(row["partition"]))
-        cid = int(row["checkpoint_id"])
-        off = row["offset"]
+    if not len(rows):
+        return markers
+    columns = {name: pdf[name].to_numpy()[rows] for name in
+               ("topic", "partition", "checkpoint_id", "offset", "kind", "barrier_channels",
+                "checkpoint_timestamp") if name in pdf.columns}
+    absent = [None] * len(rows)
+    for topic, part, cid, off, kind, chans, ts in zip(
+            columns["topic"], columns["partition"], columns["checkpoint_id"],
+            columns["offset"], columns["kind"], columns.get("barrier_channels", absent),
+            columns.get("checkpoint_timestamp", absent)):
+        ch = channel_name(topic, int(part))
+        cid = int(cid)
         off = None if off is None or pd.isna(off) else int(off)
-        if row["kind"] == KIND_CANCEL:
+        if kind == KIND_CANCEL:
             ev = CancellationBarrier(cid, ch)
         else:
-            chans = channels_of(row.get("barrier_channels"))
-            ts = row.get("checkpoint_timestamp")
+            chans = channels_of(chans)
             ev = Barrier(cid, ch, off, None if ts is None or pd.isna(ts) else int(ts),
                          tuple(chans) if chans is not None else ())
         markers.setdefault(ch, []).append((np.inf if off is None else off, cid, ev))

@@ -61,6 +61,7 @@ def run_batch(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: L
     runtime = load_runtime(blob) if blob is not None else KeyGroupRuntime.create(opts, key_group)
     frames = list(frames)
     pdf = pd.concat(frames, ignore_index=True) if len(frames) != 1 else frames[0]
-    out = runtime.process_batch(opts, fn, key_col, user_columns,
-                                pdf.drop(columns=[KEY_GROUP_COLUMN]), batch_time_ms, pack)
+    pdf = pdf.copy(deep=False)  # a new frame sharing the columns: ``del`` copies none of them,
+    del pdf[KEY_GROUP_COLUMN]   # where ``drop`` copied every column of the batch
+    out = runtime.process_batch(opts, fn, key_col, user_columns, pdf, batch_time_ms, pack)
     return out, pickle.dumps(runtime, protocol=4)

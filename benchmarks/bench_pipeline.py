@@ -117,7 +117,7 @@ def start_native(spark, bootstrap, src, out, work, batch, trigger_s=None):
 
 
 def start_exactly_once(spark, bootstrap, src, out, work, batch, per_key: bool, trigger_s=None,
-                       lean: bool = False):
+                       lean: bool = False, max_parallelism: int = 16):
     from barrier_ops.examples.running_count import OUTPUT_SCHEMA, RunningCount
     from barrier_ops.operator import keyed_process
 
@@ -131,7 +131,7 @@ def start_exactly_once(spark, bootstrap, src, out, work, batch, per_key: bool, t
         df = df.select(*LEAN_COLUMNS)
     fn = LatestCount() if per_key else RunningCount()
     counted = keyed_process(df, "key", fn, OUTPUT_SCHEMA, operator_id="count",
-                            state_backend=storage, max_parallelism=16)
+                            state_backend=storage, max_parallelism=max_parallelism)
     return _with_trigger(counted.writeStream.format("barrier-kafka")
                          .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
                          .option("checkpoint.storage", storage)
@@ -201,7 +201,7 @@ def attribute(progress, storage) -> dict:
     return out
 
 
-def one_run(spark, variant, bootstrap, src, records, keys, batch):
+def one_run(spark, variant, bootstrap, src, records, keys, batch, max_parallelism=16):
     out = make_topic(bootstrap, 2)
     work = tempfile.mkdtemp(prefix="bench-pipe-")
     t0 = time.monotonic()
@@ -210,7 +210,8 @@ def one_run(spark, variant, bootstrap, src, records, keys, batch):
     else:
         query = start_exactly_once(spark, bootstrap, src, out, work, batch,
                                    per_key=variant.startswith("eo per-key"),
-                                   lean=variant.endswith(" lean"))
+                                   lean=variant.endswith(" lean"),
+                                   max_parallelism=max_parallelism)
     try:
         done = wait_for_final_counts(bootstrap, out, final_counts(records, keys), 1800)
         seconds = time.monotonic() - t0
@@ -232,6 +233,9 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=1,
                         help="uncounted rounds before the first measured one (JIT, Python "
                              "workers, connections)")
+    parser.add_argument("--max-parallelism", type=int, default=16,
+                        help="key groups of the exactly-once pipelines' operator (the library's "
+                             "default is 128; every key group costs a fixed amount per batch)")
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help=f"comma-separated, of {VARIANTS + LEAN_VARIANTS}")
     args = parser.parse_args()
@@ -252,7 +256,7 @@ def main() -> int:
             for round_no in range(warmup + args.rounds):
                 for v in variants:
                     seconds, phases = one_run(spark, v, bootstrap, src, args.records, keys,
-                                              batch)
+                                              batch, args.max_parallelism)
                     if round_no < warmup:
                         print(f"keys {keys} batch {batch} {v}: {seconds:.1f}s (warm-up)",
                               flush=True)
@@ -268,6 +272,7 @@ def main() -> int:
                               base / med if base else float("nan")))
     print(f"\n{args.records} records, 4 input partitions, read_committed until every key's "
           f"final count is visible; {args.rounds} alternated rounds after a warm-up; "
+          f"{args.max_parallelism} key groups; "
           f"load average {os.getloadavg()[0]:.1f}")
     print(f"{'keys':>7} {'batch':>7} {'pipeline':<18} {'best rec/s':>11} {'median rec/s':>13} "
           f"{'vs native':>10}")

@@ -101,3 +101,46 @@ def test_only_nullable_columns_of_plain_types_with_free_names_are_packed():
         assert not packable(schema(("k", StringType()), ("x", other)))
     for name in (PACKED_COUNT, "__pos"):
         assert not packable(schema((name, LongType())))
+
+
+TEXT_COLUMNS = ["topic", "kind", "barrier_channels", "ack"]
+OTHER_COLUMNS = [c for c in CONTROL_COLUMNS if c not in TEXT_COLUMNS]
+OTHER_VALUES = [
+    [1, 2, 3], [1, None, 3], [None, None], [2 ** 53 + 1, None], [2 ** 63, 1], [-2 ** 63, None],
+    [True, None], [np.int64(4), None], [np.int32(4), 5], [1.5, None], [1, 2.5], [None], [7],
+    [pd.Timestamp("2026-01-01"), None], [pd.Timestamp("2026-01-01", tz="UTC"), pd.NaT],
+    [pd.Timestamp("2026-01-01", tz="Europe/Berlin"), None],
+]
+TEXT_VALUES = [["a", None], ["a", "b"], [None], [["a"], []], [["a", "b"], None]]
+
+
+@pytest.mark.parametrize("name, values",
+                         [(n, v) for n in OTHER_COLUMNS for v in OTHER_VALUES]
+                         + [(n, v) for n in TEXT_COLUMNS for v in TEXT_VALUES], ids=repr)
+def test_a_control_column_has_the_dtype_and_values_pandas_infers(name, values):
+    """_control_array skips pandas' inference where it knows the answer; it must be the answer
+    (PySpark converts the frame to Arrow by its dtypes)."""
+    from barrier_ops.output_rows import _control_array
+
+    made = pd.Series(_control_array(name, list(values)))
+    expected = pd.Series(list(values))
+    assert made.dtype == expected.dtype
+    assert plain([made.tolist()]) == plain([expected.tolist()])
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_frames_keep_the_dtypes_pandas_infers_for_the_whole_columns(seed):
+    """The frames are built from per-piece values; each column's dtype is the one pandas infers
+    from all its values (the repeats add no value of a new type)."""
+    out = random_rows(seed)
+    frame = out.frame()
+    for name in CONTROL_COLUMNS:
+        whole = pd.Series(frame[name].astype(object).tolist())
+        if name in TEXT_COLUMNS:
+            assert frame[name].dtype == object
+        elif len(frame):
+            assert frame[name].dtype == whole.dtype, name
+    packed = out.packed_frame(32)
+    for name in CONTROL_COLUMNS:
+        if len(frame):
+            assert packed[name].dtype == frame[name].dtype, name
