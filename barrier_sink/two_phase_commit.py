@@ -197,10 +197,13 @@ class TwoPhaseCommitWriter(_StreamWriterBase, ABC):
             self._protocol_row(kind, row, message)
 
     def _write_arrow(self, batch, txn_of, message: SinkCommitMessage) -> None:
-        """Records of one Arrow batch go to their epochs' transactions in runs of one epoch (in
-        order, found with numpy rather than row by row); the few barrier and ack rows become
-        dicts (executor)."""
+        """Records of one Arrow batch go to their epochs' transactions, each epoch's records in
+        one call and in batch order; the barrier and ack rows become dicts in one conversion
+        (executor). An operator with many key groups interleaves a few records of each key
+        group with its ack and barrier rows: a call and a conversion per run and row cost more
+        than the records' own sending."""
         import numpy as np
+        import pyarrow as pa
 
         from barrier_sink.record_batches import BinaryColumn
 
@@ -208,22 +211,29 @@ class TwoPhaseCommitWriter(_StreamWriterBase, ABC):
         if not n:
             return
         is_record = BinaryColumn.from_arrow(batch.column("kind")).equals(KIND_RECORD.encode())
-        epochs = batch.column("checkpoint_id").to_numpy(zero_copy_only=False)
-        no_epoch = (np.isnan(epochs) if epochs.dtype.kind == "f"
-                    else np.zeros(n, dtype=bool))
-        epoch = np.where(no_epoch, 0, epochs).astype(np.int64)
-        starts = np.ones(n, dtype=bool)
-        starts[1:] = ((is_record[1:] != is_record[:-1]) | (epoch[1:] != epoch[:-1])
-                      | (no_epoch[1:] != no_epoch[:-1]) | ~is_record[1:])
-        bounds = np.append(np.nonzero(starts)[0], n).tolist()
-        for start, end in zip(bounds, bounds[1:]):
-            if is_record[start]:
-                run_epoch = None if no_epoch[start] else int(epoch[start])
-                self.invoke_batch(txn_of(run_epoch), batch.slice(start, end - start))
-                message.records += end - start
-            else:
-                row = batch.slice(start, 1).to_pylist()[0]
+        control = np.flatnonzero(~is_record)
+        if len(control):
+            for row in batch.take(pa.array(control)).to_pylist():
                 self._protocol_row(row["kind"], row, message)
+        records = np.flatnonzero(is_record)
+        if not len(records):
+            return
+        epochs = batch.column("checkpoint_id").to_numpy(zero_copy_only=False)[records]
+        no_epoch = (np.isnan(epochs) if epochs.dtype.kind == "f"
+                    else np.zeros(len(records), dtype=bool))
+        epoch = np.where(no_epoch, -1, epochs).astype(np.int64)  # ids are >= 1
+        firsts = np.unique(epoch, return_index=True)[1]
+        for first in sorted(firsts.tolist()):
+            run_epoch = None if no_epoch[first] else int(epoch[first])
+            rows = records if len(firsts) == 1 else records[epoch == epoch[first]]
+            if len(rows) == n:
+                part = batch
+            elif rows[-1] - rows[0] + 1 == len(rows):  # contiguous: a view, not a copy
+                part = batch.slice(int(rows[0]), len(rows))
+            else:
+                part = batch.take(pa.array(rows))
+            self.invoke_batch(txn_of(run_epoch), part)
+            message.records += len(rows)
 
     @staticmethod
     def _protocol_row(kind, row, message: SinkCommitMessage) -> None:

@@ -1,5 +1,6 @@
-"""The 2PC writer cuts an Arrow batch into runs of record rows of one epoch, in order, and turns
-the rows between them into barriers and acks (barrier_sink.two_phase_commit._write_arrow)."""
+"""The 2PC writer hands each epoch's record rows of an Arrow batch to that epoch's transaction in
+one call, in batch order, and turns the other rows into barriers and acks
+(barrier_sink.two_phase_commit._write_arrow)."""
 
 from __future__ import annotations
 
@@ -42,19 +43,16 @@ def _rows(seed):
 
 
 def _expected_runs(rows):
-    runs = []
+    """One run per epoch, epochs in order of their first record, records in batch order."""
+    runs = {}
     for row in rows:
-        if row["kind"] != KIND_RECORD:
-            runs.append(None)
-        elif runs and runs[-1] is not None and runs[-1][0] == row["checkpoint_id"]:
-            runs[-1][1].append(row["value"])
-        else:
-            runs.append((row["checkpoint_id"], [row["value"]]))
-    return [r for r in runs if r is not None]
+        if row["kind"] == KIND_RECORD:
+            runs.setdefault(row["checkpoint_id"], []).append(row["value"])
+    return list(runs.items())
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_records_go_to_their_epochs_transactions_in_runs_and_in_order(seed):
+def test_each_epochs_records_go_to_its_transaction_at_once_and_in_order(seed):
     rows = _rows(seed)
     writer, message = _Recorder(), SinkCommitMessage(0, 0)
     writer._write_arrow(pa.RecordBatch.from_pylist(rows), lambda epoch: epoch, message)
@@ -70,3 +68,27 @@ def test_an_unknown_row_kind_is_refused():
     with pytest.raises(ValueError, match="is not one of record, barrier, ack"):
         _Recorder()._write_arrow(pa.RecordBatch.from_pylist(rows), lambda e: e,
                                  SinkCommitMessage(0, 0))
+
+
+def test_a_contiguous_run_is_a_view_and_a_lone_epoch_the_batch_itself():
+    """No copy where none is needed: one epoch's records between control rows are a slice."""
+    rows = ([{"kind": KIND_ACK, "checkpoint_id": 1, "value": None, "ack": "a"}]
+            + [{"kind": KIND_RECORD, "checkpoint_id": 2, "value": f"v{i}"} for i in range(5)]
+            + [{"kind": KIND_ACK, "checkpoint_id": 1, "value": None, "ack": "b"}])
+    seen = []
+
+    class Views(_Recorder):
+        def invoke_batch(self, txn, batch):
+            seen.append(batch)
+
+    batch = pa.RecordBatch.from_pylist(rows)
+    message = SinkCommitMessage(0, 0)
+    Views()._write_arrow(batch, lambda e: e, message)
+    assert [b.column("value").to_pylist() for b in seen] == [[f"v{i}" for i in range(5)]]
+    assert seen[0].column("value").buffers()[2].address == \
+        batch.column("value").buffers()[2].address  # the same bytes, not a copy
+    assert message.acks == ["a", "b"] and message.records == 5
+    only = pa.RecordBatch.from_pylist(rows[1:6])
+    seen.clear()
+    Views()._write_arrow(only, lambda e: e, SinkCommitMessage(0, 0))
+    assert len(seen) == 1 and seen[0] is only
