@@ -1,0 +1,112 @@
+"""The keyed operator's cost per key group and micro-batch, in-process (no Spark, not a test).
+
+    python benchmarks/bench_key_group.py [--batches 60] [--sizes 78x8,625x62,3125x62]
+
+``applyInPandasWithState`` calls the operator once per key group and batch
+(:func:`barrier_ops.key_group_state.run_batch`). This replays that call with a frame shaped like
+the one PySpark hands it in ``bench_pipeline.py`` (the source's columns plus ``__kg``: records of
+four input partitions, then a barrier per partition, a checkpoint every batch), the runtime's
+pickled state carried from batch to batch as ``GroupState`` carries it, and snapshots written to
+a filesystem backend in a temporary folder. A size ``RxK`` is R records of K keys a key group:
+78x8 is a 10,000-record batch of 997 keys spread over 128 key groups (the default
+``max_parallelism``), 625x62 the same over 16. The table gives the median and best ms per call
+after ``--warmup`` calls, for one output row per key (``LatestCount``) and per record
+(``RunningCount``), packed as the operator packs them. PySpark's own work per group (Arrow to
+pandas, the state row, the output's conversion) is not included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+EPOCH_MS = 1767225600000
+PARTITIONS = 4
+
+
+def key_group_frame(batch: int, records: int, keys: int) -> pd.DataFrame:
+    """One key group's rows of micro-batch ``batch``: ``records`` records of ``keys`` keys
+    spread over four input partitions, then each partition's barrier of checkpoint
+    ``batch + 1`` (dtypes as PySpark's Arrow-to-pandas conversion gives them)."""
+    offsets = batch * records + np.arange(records)
+    channels = json.dumps([f"t:{p}" for p in range(PARTITIONS)])
+    rows = pd.DataFrame({
+        "key": pd.Series([b"k%d" % (i % keys) for i in range(records)], dtype=object),
+        "value": pd.Series([b"v%07d" % i for i in offsets], dtype=object),
+        "topic": ["t"] * records,
+        "partition": (np.arange(records) % PARTITIONS).astype("int32"),
+        "offset": offsets.astype("int64"),
+        "timestamp": pd.to_datetime(EPOCH_MS + offsets, unit="ms"),
+        "timestampType": np.zeros(records, "int32"),
+        "kind": ["record"] * records,
+        "checkpoint_id": np.full(records, batch + 1, "int64"),
+        "checkpoint_timestamp": np.full(records, np.nan),
+        "barrier_channels": [None] * records,
+        "__kg": np.full(records, 3, "int32")})
+    barriers = pd.DataFrame({
+        "key": [None] * PARTITIONS, "value": [None] * PARTITIONS, "topic": ["t"] * PARTITIONS,
+        "partition": np.arange(PARTITIONS, dtype="int32"),
+        "offset": np.full(PARTITIONS, (batch + 1) * records, "int64"),
+        "timestamp": pd.to_datetime([EPOCH_MS] * PARTITIONS, unit="ms"),
+        "timestampType": np.zeros(PARTITIONS, "int32"), "kind": ["barrier"] * PARTITIONS,
+        "checkpoint_id": np.full(PARTITIONS, batch + 1, "int64"),
+        "checkpoint_timestamp": np.full(PARTITIONS, float(EPOCH_MS)),
+        "barrier_channels": [channels] * PARTITIONS, "__kg": np.full(PARTITIONS, 3, "int32")})
+    return pd.concat([rows, barriers], ignore_index=True)
+
+
+def measure(records: int, keys: int, per_key: bool, batches: int, warmup: int):
+    """Median and best ms of ``run_batch`` for one key group over ``batches`` batches."""
+    from barrier_ops.examples.running_count import RunningCount
+    from barrier_ops.function import as_keyed_function
+    from barrier_ops.key_group_state import run_batch
+    from barrier_ops.options import OperatorOptions
+    from benchmarks.bench_pipeline import LatestCount
+
+    opts = OperatorOptions("count", "file://" + tempfile.mkdtemp(prefix="bench-kg-"), 16)
+    fn = as_keyed_function(LatestCount() if per_key else RunningCount(), None)
+    frames = [key_group_frame(b, records, keys) for b in range(batches)]
+    blob, times, rows = None, [], 0
+    for frame in frames:
+        started = time.perf_counter()
+        out, blob = run_batch(opts, fn, "key", ["key", "value"], 3, blob, [frame], 0, 32)
+        times.append((time.perf_counter() - started) * 1000)
+        rows = len(out)
+    kept = times[warmup:]
+    return statistics.median(kept), min(kept), rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batches", type=int, default=60)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--sizes", default="78x8,625x62,3125x62",
+                        help="comma-separated RECORDSxKEYS of one key group's batch")
+    args = parser.parse_args()
+    if args.batches <= args.warmup:
+        parser.error("--batches must be larger than --warmup")
+    print(f"one key group's micro-batch in-process (run_batch), {args.batches - args.warmup} "
+          f"calls after {args.warmup}; load average {os.getloadavg()[0]:.1f}")
+    print(f"{'records':>8} {'keys':>6} {'output':<11} {'median ms':>10} {'best ms':>8} "
+          f"{'out rows':>9}")
+    for size in args.sizes.split(","):
+        records, keys = (int(x) for x in size.split("x"))
+        for per_key in (True, False):
+            med, best, rows = measure(records, keys, per_key, args.batches, args.warmup)
+            print(f"{records:>8} {keys:>6} {'per key' if per_key else 'per record':<11} "
+                  f"{med:>10.2f} {best:>8.2f} {rows:>9}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
