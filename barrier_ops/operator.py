@@ -124,6 +124,7 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
     user_schema = _as_struct(output_schema)
     user_columns = [f.name for f in user_schema.fields]
     pack = PACKED_ROW_RECORDS if packable(user_schema) else None
+    time_zone = _pandas_time_zone(df) if pack else None
     missing = [c for c in REQUIRED_INPUT + (key_col,) if c not in df.columns]
     if missing:
         raise InvalidOptionError(
@@ -137,7 +138,7 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
     def run_key_group(key, pdfs, state):
         blob = state.get[0] if state.exists else None
         out, blob = run_batch(opts, kfn, key_col, user_columns, int(key[0]), blob, pdfs,
-                              state.getCurrentProcessingTimeMs(), pack)
+                              state.getCurrentProcessingTimeMs(), pack, time_zone)
         state.update((blob,))
         if len(out):
             yield out
@@ -175,6 +176,18 @@ def with_key_groups(df: DataFrame, key_col: str, max_parallelism: int) -> DataFr
                                    F.lit(max_parallelism)).cast("int")))
               .otherwise(all_groups))
     return df.withColumn(KEY_GROUP_COLUMN, F.explode(groups))
+
+
+def _pandas_time_zone(df: DataFrame) -> Optional[str]:
+    """The time zone PySpark's Arrow conversion gives naive pandas timestamps in this session
+    (driver): the session time zone, or None (the worker's local zone) where the legacy
+    ``spark.sql.execution.pandas.respectSessionTimeZone`` is false. Packed output converts its
+    timestamps as PySpark would convert them (:func:`~barrier_ops.packed_rows.utc_micros`)."""
+    conf = df.sparkSession.conf
+    respect = conf.get("spark.sql.execution.pandas.respectSessionTimeZone", "true")
+    if str(respect).strip().lower() == "false":
+        return None
+    return conf.get("spark.sql.session.timeZone")
 
 
 def _as_struct(schema) -> StructType:

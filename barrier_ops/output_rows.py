@@ -6,13 +6,13 @@ user's columns followed by :data:`CONTROL_COLUMNS` (see ``docs/internals/protoco
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
 
 from barrier_core.schema import KIND_RECORD
-from barrier_ops.packed_rows import PACKED_COUNT
+from barrier_ops.packed_rows import PACKED_COUNT, PACKED_TIMESTAMPS, utc_micros
 
 #: columns every operator output row carries after the user's columns (see protocol.md)
 CONTROL_COLUMNS = ["topic", "partition", "offset", "timestamp", "kind", "checkpoint_id",
@@ -78,38 +78,65 @@ class OutputRows:
             columns[name] = column
         return _frame_of(columns)
 
-    def packed_frame(self, max_records: int) -> pd.DataFrame:
-        """The same rows packed (:mod:`barrier_ops.packed_rows`): a block of records takes one
-        row per ``max_records`` of them, each user column an array of their values
-        (:func:`_packed_cells`) and ``offset`` the first offset of the row; a control row takes
-        one row with null user columns.
-        :data:`~barrier_ops.packed_rows.PACKED_COUNT` says how many rows each stands for. Built
-        column by column, as :meth:`frame`: a piece's control values are repeated, not copied
-        one by one."""
-        names = self.user_columns + CONTROL_COLUMNS + [PACKED_COUNT]
+    def packed_frame(self, max_records: int, time_zone: Optional[str] = None) -> pd.DataFrame:
+        """The same rows packed (:mod:`barrier_ops.packed_rows`). Consecutive blocks of records
+        that continue one another (same channel and epoch, offsets counting on: the records of
+        one epoch segment, whatever their keys) form a run, and a run takes one row per
+        ``max_records`` records: each user column an array of their values
+        (:func:`_packed_cells`), :data:`~barrier_ops.packed_rows.PACKED_TIMESTAMPS` an array of
+        their timestamps (:func:`~barrier_ops.packed_rows.utc_micros` in ``time_zone``) and
+        ``offset`` the first offset of the row. A control row takes one row with null user
+        columns. :data:`~barrier_ops.packed_rows.PACKED_COUNT` says how many rows each stands
+        for. Built column by column, as :meth:`frame`."""
+        names = (self.user_columns + [c for c in CONTROL_COLUMNS if c != "timestamp"]
+                 + [PACKED_TIMESTAMPS, PACKED_COUNT])
         counts = np.asarray(self._counts, dtype=np.int64)
         if not len(counts):
             return pd.DataFrame({name: [] for name in names}, columns=names)
-        is_record = np.asarray(self._control["kind"], dtype=object) == KIND_RECORD
-        rows_per_piece = np.where(is_record, -(-counts // max_records), 1)
-        piece = np.repeat(np.arange(len(counts)), rows_per_piece)
-        step = (np.arange(len(piece)) - np.repeat(np.cumsum(rows_per_piece) - rows_per_piece,
-                                                  rows_per_piece)) * max_records
-        record_row = is_record[piece]
-        first = (np.cumsum(counts) - counts)[piece] + step       # into the user value lists
-        size = np.where(record_row, np.minimum(max_records, counts[piece] - step), 1)
+        run = self._run_starts(counts)                  # first piece of each run
+        run_counts = np.add.reduceat(counts, run)
+        is_record = (np.asarray(self._control["kind"], dtype=object) == KIND_RECORD)[run]
+        rows_per_run = np.where(is_record, -(-run_counts // max_records), 1)
+        row_run = np.repeat(np.arange(len(run)), rows_per_run)
+        step = (np.arange(len(row_run)) - np.repeat(np.cumsum(rows_per_run) - rows_per_run,
+                                                    rows_per_run)) * max_records
+        record_row = is_record[row_run]
+        first = (np.cumsum(run_counts) - run_counts)[row_run] + step   # into the value lists
+        size = np.where(record_row, np.minimum(max_records, run_counts[row_run] - step), 1)
         bounds = list(zip(first.tolist(), (first + size).tolist(), record_row.tolist()))
         columns = {name: _packed_cells(values, bounds) for name, values in self._user.items()}
-        split = len(piece) != len(counts)
+        piece = run[row_run]                            # the piece whose control values a row takes
         for name, values in self._control.items():
+            if name == "timestamp":
+                continue
             column = _control_array(name, values)
-            if split:
+            if len(piece) != len(counts) or (piece != np.arange(len(counts))).any():
                 column = column.take(piece)
-                if name == "offset":
-                    column = column + np.where(record_row, step, 0)
+            if name == "offset" and step.any():   # a row of a run counts on from its first
+                column = column + step
             columns[name] = column
+        micros = np.empty(len(counts), dtype=object)
+        micros[:] = utc_micros(self._control["timestamp"], time_zone)
+        columns[PACKED_TIMESTAMPS] = _packed_cells(micros.repeat(counts), [
+            (a, b if is_rec else a + 1, True) for a, b, is_rec in bounds])
         columns[PACKED_COUNT] = size.astype(np.int32)
         return _frame_of(columns)
+
+    def _run_starts(self, counts: np.ndarray) -> np.ndarray:
+        """Index of the first piece of each run: a piece of records continues the one before it
+        when that is records too, of the same topic, partition and epoch, and its offsets go on
+        from there (a key group's records between two control rows)."""
+        control = self._control
+        kind, topic = control["kind"], control["topic"]
+        partition, epoch, offset = control["partition"], control["checkpoint_id"], control["offset"]
+        starts = [0]
+        for i in range(1, len(counts)):
+            j = i - 1
+            if not (kind[i] == KIND_RECORD and kind[j] == KIND_RECORD and topic[i] == topic[j]
+                    and partition[i] == partition[j] and epoch[i] == epoch[j]
+                    and offset[j] is not None and offset[i] == offset[j] + int(counts[j])):
+                starts.append(i)
+        return np.asarray(starts, dtype=np.int64)
 
 
 #: control columns whose values are text, lists or None: their dtype is ``object`` whatever the

@@ -14,13 +14,17 @@ What the JVM sees:
 
 * a user column ``c`` of type ``T`` becomes ``c: array<T>``, the block's values in order (null on
   control rows);
-* the control columns stay one value per packed row, ``offset`` the block's first offset;
+* ``timestamp`` becomes :data:`PACKED_TIMESTAMPS` (``array<bigint>``): each row's instant in
+  microseconds since the epoch, UTC, as PySpark would have converted the row's pandas timestamp
+  in the session time zone (:func:`utc_micros`). A block can then hold the records of many keys,
+  each with its own timestamp;
+* the other control columns stay one value per packed row, ``offset`` the block's first offset;
 * :data:`PACKED_COUNT` is the number of output rows the packed row stands for (1 for a control
   row).
 
 :func:`unpack` turns that back into the operator's output schema with
-``explode(sequence(0, __n - 1))`` and ``get(c, pos)``, so the rows, their order within a task
-and the ``offset`` of each are those the unpacked path gives.
+``explode(sequence(0, __n - 1))`` and ``get(c, pos)``, so the rows, their order within a task,
+the ``offset`` and the ``timestamp`` of each are those the unpacked path gives.
 
 Only user columns of the types in :data:`PACKABLE_TYPES`, nullable, are packed: PySpark converts
 their values inside an array exactly as it converts them in a column of their own (no time zone
@@ -29,6 +33,8 @@ output row (:func:`packable`).
 """
 
 from __future__ import annotations
+
+from typing import Optional
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -44,6 +50,8 @@ PACKED_ROW_RECORDS = 32
 
 #: The column that says how many output rows a packed row stands for.
 PACKED_COUNT = "__n"
+#: The column that carries each output row's ``timestamp`` (UTC microseconds, null for none).
+PACKED_TIMESTAMPS = "__ts"
 _POSITION = "__pos"
 
 #: User column types packed (converted identically inside and outside an array by PySpark).
@@ -56,14 +64,18 @@ def packable(user: StructType) -> bool:
     :data:`PACKABLE_TYPES` (an unpacked column keeps its declared nullability, a packed one would
     come back nullable), and none named like a column the packing adds."""
     return all(f.nullable and type(f.dataType) in PACKABLE_TYPES
-               and f.name not in (PACKED_COUNT, _POSITION) for f in user.fields)
+               and f.name not in (PACKED_COUNT, PACKED_TIMESTAMPS, _POSITION)
+               for f in user.fields)
 
 
 def packed_schema(user: StructType, control: list) -> StructType:
     """The schema ``applyInPandasWithState`` returns when packing: each user column as an array,
-    the ``control`` fields as they are, then :data:`PACKED_COUNT`."""
+    the ``control`` fields but ``timestamp`` as they are, then :data:`PACKED_TIMESTAMPS` and
+    :data:`PACKED_COUNT`."""
     return StructType([StructField(f.name, ArrayType(f.dataType, True)) for f in user.fields]
-                      + list(control) + [StructField(PACKED_COUNT, IntegerType(), False)])
+                      + [f for f in control if f.name != "timestamp"]
+                      + [StructField(PACKED_TIMESTAMPS, ArrayType(LongType(), True)),
+                         StructField(PACKED_COUNT, IntegerType(), False)])
 
 
 def unpack(packed: DataFrame, user: StructType, control: list) -> DataFrame:
@@ -73,6 +85,62 @@ def unpack(packed: DataFrame, user: StructType, control: list) -> DataFrame:
                          .alias(_POSITION))
     pos = F.col(_POSITION)
     columns = [F.get(F.col(f.name), pos).alias(f.name) for f in user.fields]
-    columns += [(F.col(f.name) + pos).alias(f.name) if f.name == "offset" else F.col(f.name)
-                for f in control]
+    columns += [_unpacked_control(f.name, pos) for f in control]
     return rows.select(*columns)
+
+
+def _unpacked_control(name: str, pos):
+    if name == "offset":
+        return (F.col(name) + pos).alias(name)
+    if name == "timestamp":
+        return F.timestamp_micros(F.get(F.col(PACKED_TIMESTAMPS), pos)).alias(name)
+    return F.col(name)
+
+
+#: Session time zones whose wall time is UTC: a naive timestamp's instant is its own value.
+_UTC_ZONES = frozenset({"UTC", "Etc/UTC", "GMT", "Etc/GMT", "UCT", "Etc/UCT", "Universal",
+                        "Etc/Universal", "Zulu", "Etc/Zulu", "Z"})
+
+
+def utc_micros(values: list, time_zone: Optional[str]) -> list:
+    """``timestamp`` values of output rows (pandas timestamps, naive or with a zone, or None) as
+    the microseconds since the epoch that PySpark stores for them in a ``timestamp`` column, or
+    None: a naive value is wall time in ``time_zone`` (the session's, which PySpark's Arrow
+    conversion uses; None: the worker's local zone), an ambiguous one standard time, exactly as
+    PySpark's own conversion of the column (executor). Raises ``TypeError`` for values that are
+    not timestamps, which PySpark would refuse for a ``timestamp`` column too.
+
+    Pandas timestamps with a zone, and naive ones in a UTC session, are read one by one (a few
+    hundred ns each); anything else goes through PySpark's conversion of a whole column."""
+    import pandas as pd
+
+    out: list = [None] * len(values)
+    utc_session = time_zone in _UTC_ZONES
+    for i, v in enumerate(values):
+        if v is None or v is pd.NaT:
+            continue
+        if type(v) is not pd.Timestamp or (v.tz is None and not utc_session):
+            return _utc_micros_of_column(values, time_zone)
+        out[i] = _micros(v.value)
+    return out
+
+
+def _micros(ns: int) -> int:
+    """Nanoseconds to microseconds rounded toward zero, as Arrow's unchecked cast that PySpark
+    uses (floor division would put a sub-microsecond time before 1970 one microsecond early)."""
+    return ns // 1000 if ns >= 0 else -(-ns // 1000)
+
+
+def _utc_micros_of_column(values: list, time_zone: Optional[str]) -> list:
+    import pandas as pd
+    from pyspark.sql.pandas.types import _check_series_convert_timestamps_internal
+
+    series = pd.Series(values, dtype=object if not values else None)
+    if series.isna().all():
+        return [None] * len(values)
+    if not pd.api.types.is_datetime64_any_dtype(series.dtype):
+        raise TypeError(f"an output row's timestamp must be a pandas timestamp or None, got "
+                        f"{series.dtype} values such as {series.dropna().iloc[0]!r}")
+    utc = _check_series_convert_timestamps_internal(series, time_zone)
+    return [None if missing else _micros(ns) for ns, missing in zip(utc.array.asi8.tolist(),
+                                                                      utc.isna().tolist())]

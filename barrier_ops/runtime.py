@@ -95,10 +95,11 @@ class KeyGroupRuntime:
     # ------------------------------------------------------------------ one micro-batch
     def process_batch(self, opts: OperatorOptions, fn: KeyedProcessFunction, key_col: str,
                       user_columns: List[str], pdf: pd.DataFrame, batch_time_ms: int,
-                      pack: Optional[int] = None) -> pd.DataFrame:
+                      pack: Optional[int] = None,
+                      time_zone: Optional[str] = None) -> pd.DataFrame:
         """Handle the rows one micro-batch delivered to this key group; return the output, one
-        row per output row, or packed up to ``pack`` records a row
-        (:meth:`~barrier_ops.output_rows.OutputRows.packed_frame`)."""
+        row per output row, or packed up to ``pack`` records a row, timestamps converted in
+        ``time_zone`` (the session's; :meth:`~barrier_ops.output_rows.OutputRows.packed_frame`)."""
         self._opts, self._fn, self._key_col = opts, fn, key_col
         self._user_columns, self._now_ms = user_columns, batch_time_ms
         self._out = OutputRows(user_columns)
@@ -130,7 +131,8 @@ class KeyGroupRuntime:
                 elif isinstance(out, CheckpointAborted):
                     self.epoch = max(self.epoch, out.checkpoint_id + 1)
             self._process_segment(segment)
-            return self._out.frame() if pack is None else self._out.packed_frame(pack)
+            return (self._out.frame() if pack is None
+                    else self._out.packed_frame(pack, time_zone))
         finally:
             del self._opts, self._fn, self._key_col, self._user_columns, self._now_ms
             del self._out, self._backend

@@ -89,7 +89,7 @@ def rows_of_batch(batch: List[dict]) -> List[Tuple]:
     for r in batch:
         if r["kind"] == KIND_RECORD:
             out.append(record_row(r["topic"], r["partition"], r["offset"], r["key"], r["value"],
-                                  r["checkpoint_id"]))
+                                  r["checkpoint_id"], r.get("timestamp")))
         else:
             out.append(barrier_row(r["topic"], r["partition"], r["offset"], r["checkpoint_id"],
                                    r["channels"], r.get("timestamp")))

@@ -109,6 +109,58 @@ def test_packed_output_equals_one_row_per_record(script_spark, tmp_path, monkeyp
     assert nulls and any(r.f is None for r in packed if r.kind == "record")
 
 
+class LatestPerKey(KeyedProcessFunction):
+    """One row per key and call, as a per-key count emits them: many keys' single rows in one
+    segment share a packed row, each with its own timestamp (the key's latest record's)."""
+
+    def process_records(self, key, records, state):
+        n = state.value_state("n", 0)
+        n.update(n.value() + len(records))
+        return [(str(key), n.value())]
+
+
+def test_timestamps_of_packed_rows_equal_unpacked_ones_in_a_session_time_zone_with_dst(
+        script_spark, tmp_path, monkeypatch):
+    """Records stamped across New York's 2026 fall-back night, session time zone New York:
+    the per-key rows' timestamps (and every other column) are the same packed and unpacked, and
+    they are input records' timestamps. (The hour the clocks repeat, where PySpark picks standard
+    time, is pinned by test_packed_rows.py against PySpark's own conversion.)"""
+    import random
+
+    script = make_script(11, partitions=2, records=80, checkpoints=2, batches=3,
+                         keys="abcdefghijklmnopqrstuvwxyz")
+    rng = random.Random(11)
+    start_ms = 1793563200000  # 2026-10-31 20:00 UTC; New York repeats 01:00-02:00 on Nov 1
+    for rec in script["records"]:
+        rec["timestamp"] = start_ms + rng.randrange(18 * 3600 * 1000)
+    path = write_script(script, str(tmp_path / "script.json"))
+    before = script_spark.conf.get("spark.sql.session.timeZone")
+    script_spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        _, packed = run(script_spark, path, tmp_path, "tz_packed", LatestPerKey(),
+                        "s string, n bigint", monkeypatch, packed=True)
+        _, unpacked = run(script_spark, path, tmp_path, "tz_unpacked", LatestPerKey(),
+                          "s string, n bigint", monkeypatch, packed=False)
+        q = (script_spark.readStream.format("barrier-ops-script").option("path", path).load()
+             .filter("kind = 'record'").select("timestamp").writeStream.format("memory")
+             .queryName("tz_input").option("checkpointLocation", str(tmp_path / "chk-tz-input"))
+             .start())
+        try:
+            q.processAllAvailable()
+        finally:
+            q.stop()
+        inputs = script_spark.sql("select * from tz_input").collect()
+    finally:
+        script_spark.conf.set("spark.sql.session.timeZone", before)
+    records_p, control_p = comparable(packed)
+    records_u, control_u = comparable(unpacked)
+    assert records_p == records_u and control_p == control_u
+    assert len(records_p) > 26
+    stamps = {r.timestamp for r in packed if r.kind == "record"}
+    assert None not in stamps and len(stamps) > 20
+    assert stamps <= {r.timestamp for r in inputs}
+
+
 def test_schemas_with_other_types_keep_one_row_per_output_row_and_exact_integers(
         script_spark, tmp_path, monkeypatch):
     """A timestamp user column is not packed (PySpark converts timestamps inside arrays

@@ -1,6 +1,7 @@
 """OutputRows.packed_frame: unpacked the way barrier_ops.packed_rows.unpack does it in the JVM,
 it gives the rows of OutputRows.frame, in order, for any mix of record blocks and control rows
-and any number of records a packed row may hold."""
+and any number of records a packed row may hold; blocks that continue one another (the records
+of many keys in one epoch segment) share packed rows, each record keeping its own timestamp."""
 
 from __future__ import annotations
 
@@ -11,37 +12,63 @@ import pandas as pd
 import pytest
 
 from barrier_ops.output_rows import CONTROL_COLUMNS, OutputRows
-from barrier_ops.packed_rows import PACKED_COUNT
+from barrier_ops.packed_rows import PACKED_COUNT, PACKED_TIMESTAMPS, utc_micros
 
 COLUMNS = ["word", "count"]
+PACKED_CONTROL = [c for c in CONTROL_COLUMNS if c != "timestamp"]
 
 
-def random_rows(seed: int) -> OutputRows:
+def random_rows(seed: int, tz=None) -> OutputRows:
+    """Record blocks and control rows; a block often continues the one before it (same channel
+    and epoch, next offset), as the blocks of the keys of one segment do."""
     rng = random.Random(seed)
     out = OutputRows(COLUMNS)
-    ts = pd.Timestamp("2026-01-01", tz="UTC")
-    for _ in range(rng.randrange(0, 15)):
-        if rng.random() < 0.6:
+    nxt = None
+    for _ in range(rng.randrange(0, 25)):
+        if rng.random() < 0.75:
             rows = [(f"w{rng.randrange(9)}", rng.choice([1, 2 ** 53 + 1, None]))
-                    for _ in range(rng.randrange(0, 80))]
-            out.add_records(rows, "op:c", rng.randrange(4), rng.randrange(1000), ts,
-                            rng.randrange(1, 5))
+                    for _ in range(rng.randrange(0, 40))]
+            if nxt is not None and rng.random() < 0.7:
+                partition, offset, epoch = nxt
+            else:
+                partition, offset, epoch = rng.randrange(2), rng.randrange(1000), rng.randrange(1, 3)
+            ts = rng.choice([None, pd.Timestamp("2026-01-01") + pd.Timedelta(rng.randrange(10**9),
+                                                                            unit="us")])
+            if ts is not None and tz is not None:
+                ts = ts.tz_localize(tz)
+            out.add_records(rows, "op:c", partition, offset, ts, epoch)
+            if rows:
+                nxt = (partition, offset + len(rows), epoch)
         else:
             out.add_control(**rng.choice([
                 dict(kind="ack", checkpoint_id=3, topic="t", partition=None, ack='{"a": 1}'),
                 dict(kind="barrier", checkpoint_id=4, topic="op:c", partition=2, offset=7,
                      checkpoint_timestamp=99, barrier_channels=["op:c:0"])]))
+            nxt = None
     return out
 
 
 def unpacked(packed: pd.DataFrame) -> list:
-    """``explode(sequence(0, __n - 1))`` and ``get(c, pos)``, row by row."""
+    """``explode(sequence(0, __n - 1))``, ``get(c, pos)`` and the timestamp from
+    ``get(__ts, pos)`` (UTC microseconds), row by row."""
     rows = []
     for row in packed.to_dict("records"):
         for pos in range(row[PACKED_COUNT]):
             rows.append([None if row[c] is None else row[c][pos] for c in COLUMNS]
-                        + [row[c] + pos if c == "offset" and not pd.isna(row[c]) else row[c]
+                        + [row[PACKED_TIMESTAMPS][pos] if c == "timestamp" else
+                           row[c] + pos if c == "offset" and not pd.isna(row[c]) else row[c]
                            for c in CONTROL_COLUMNS])
+    return rows
+
+
+def expected(out: OutputRows, tz=None) -> list:
+    """``out.frame()`` row by row, its timestamps as PySpark stores them (UTC microseconds)."""
+    frame = out.frame()
+    micros = utc_micros(frame["timestamp"].tolist(), tz)
+    rows = frame.astype(object).values.tolist()
+    at = len(COLUMNS) + CONTROL_COLUMNS.index("timestamp")
+    for row, m in zip(rows, micros):
+        row[at] = m
     return rows
 
 
@@ -56,26 +83,80 @@ def plain(rows) -> list:
     return [[value(v) for v in row] for row in rows]
 
 
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("seed", range(12))
 @pytest.mark.parametrize("max_records", [1, 3, 32])
-def test_packed_frame_unpacks_to_the_rows_of_frame(seed, max_records):
-    out = random_rows(seed)
-    packed = out.packed_frame(max_records)
-    assert list(packed.columns) == COLUMNS + CONTROL_COLUMNS + [PACKED_COUNT]
+@pytest.mark.parametrize("tz", [None, "UTC"])
+def test_packed_frame_unpacks_to_the_rows_of_frame(seed, max_records, tz):
+    out = random_rows(seed, tz)
+    packed = out.packed_frame(max_records, "America/New_York")
+    assert list(packed.columns) == COLUMNS + PACKED_CONTROL + [PACKED_TIMESTAMPS, PACKED_COUNT]
     assert (packed[PACKED_COUNT] <= max_records).all() and (packed[PACKED_COUNT] >= 1).all()
-    assert plain(unpacked(packed)) == plain(out.frame().astype(object).values.tolist())
+    assert plain(unpacked(packed)) == plain(expected(out, "America/New_York"))
 
 
-def test_a_block_is_split_into_rows_of_at_most_max_records():
+def test_blocks_that_continue_one_another_share_packed_rows_with_their_own_timestamps():
+    """One record per key, as a per-key count emits them: 70 keys of one segment take three
+    packed rows, not seventy; a control row, another epoch or a gap in offsets starts anew."""
     out = OutputRows(COLUMNS)
-    out.add_records([(f"w{i}", i) for i in range(70)], "op:c", 1, 100, None, 2)
+    base = pd.Timestamp("2026-03-01 12:00:00")
+    for i in range(70):
+        out.add_records([(f"k{i}", i)], "op:c", 1, 100 + i, base + pd.Timedelta(i, unit="ms"), 2)
     out.add_control(kind="barrier", checkpoint_id=2, topic="op:c", partition=1, offset=170,
                     checkpoint_timestamp=5, barrier_channels=["op:c:1"])
-    packed = out.packed_frame(32)
-    assert packed[PACKED_COUNT].tolist() == [32, 32, 6, 1]
-    assert packed["offset"].tolist() == [100, 132, 164, 170]
-    assert list(packed["count"].iloc[1]) == list(range(32, 64)) and packed["word"].iloc[3] is None
+    out.add_records([("a", 1)], "op:c", 1, 170, base, 3)
+    out.add_records([("b", 1)], "op:c", 1, 171, None, 4)    # another epoch
+    out.add_records([("c", 1)], "op:c", 1, 173, base, 4)    # a gap in offsets
+    packed = out.packed_frame(32, "UTC")
+    assert packed[PACKED_COUNT].tolist() == [32, 32, 6, 1, 1, 1, 1]
+    assert packed["offset"].tolist() == [100, 132, 164, 170, 170, 171, 173]
+    assert packed["checkpoint_id"].tolist() == [2, 2, 2, 2, 3, 4, 4]
+    first_us = int(base.tz_localize("UTC").value // 1000)
+    assert list(packed[PACKED_TIMESTAMPS].iloc[1]) == [first_us + 1000 * i for i in range(32, 64)]
+    assert list(packed[PACKED_TIMESTAMPS].iloc[3]) == [None]
+    assert list(packed[PACKED_TIMESTAMPS].iloc[5]) == [None]
+    assert list(packed["word"].iloc[2]) == [f"k{i}" for i in range(64, 70)]
+    assert packed["word"].iloc[3] is None
     assert packed[PACKED_COUNT].dtype == np.int32
+
+
+def test_control_rows_alone_pack_one_row_each():
+    out = OutputRows(COLUMNS)
+    out.add_control(kind="ack", checkpoint_id=3, topic="t", partition=None, ack="{}")
+    out.add_control(kind="ack", checkpoint_id=3, topic="t", partition=None, ack="{}")
+    packed = out.packed_frame(32, "UTC")
+    assert packed[PACKED_COUNT].tolist() == [1, 1]
+    assert packed["offset"].tolist() == [None, None] and packed["word"].tolist() == [None, None]
+    assert plain(unpacked(packed)) == plain(expected(out, "UTC"))
+
+
+@pytest.mark.parametrize("tz", ["UTC", "America/New_York", "Europe/Berlin", "Asia/Kolkata",
+                                None])
+def test_timestamps_are_the_microseconds_pyspark_stores_for_the_column(tz):
+    """utc_micros gives what PySpark's Arrow conversion stores for the same values in a
+    ``timestamp`` column of an unpacked frame: naive values are wall time in the session zone,
+    one in the hour a DST change repeats is standard time, a zoned value is its instant."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import _create_converter_from_pandas
+    from pyspark.sql.types import TimestampType
+
+    values = [pd.Timestamp("2026-01-01 00:00:00.000001"), None,
+              pd.Timestamp("2026-11-01 01:30:00"),       # repeated in New York
+              pd.Timestamp("2026-10-25 02:30:00"),       # repeated in Berlin
+              pd.Timestamp("1969-12-31 23:59:59.999999"), pd.Timestamp("2026-07-01 12:00:00"),
+              pd.Timestamp(-1500, unit="ns"), pd.Timestamp(1500, unit="ns")]   # Arrow truncates
+    convert = _create_converter_from_pandas(TimestampType(), timezone=tz or "UTC")
+    column = convert(pd.Series(values))
+    stored = pa.Array.from_pandas(column, type=pa.timestamp("us", tz="UTC"), safe=False)
+    assert utc_micros(values, tz or "UTC") == stored.cast(pa.int64()).to_pylist()
+    zoned = [pd.Timestamp("2026-05-05 10:00", tz="Asia/Tokyo"), None,
+             pd.Timestamp(-1500, unit="ns", tz="UTC")]
+    assert utc_micros(zoned, tz) == [int(zoned[0].value // 1000), None, -1]
+    assert utc_micros([None, None], tz) == [None, None] and utc_micros([], tz) == []
+
+
+def test_a_timestamp_that_is_not_one_is_refused_by_name():
+    with pytest.raises(TypeError, match="must be a pandas timestamp or None"):
+        utc_micros([5, None], "UTC")
 
 
 def test_integers_above_2_pow_53_stay_exact_beside_null_control_rows():
@@ -99,7 +180,7 @@ def test_only_nullable_columns_of_plain_types_with_free_names_are_packed():
     assert not packable(schema(("k", StringType(), False)))
     for other in (TimestampType(), DecimalType(10, 2), ArrayType(StringType())):
         assert not packable(schema(("k", StringType()), ("x", other)))
-    for name in (PACKED_COUNT, "__pos"):
+    for name in (PACKED_COUNT, PACKED_TIMESTAMPS, "__pos"):
         assert not packable(schema((name, LongType())))
 
 
@@ -141,6 +222,6 @@ def test_frames_keep_the_dtypes_pandas_infers_for_the_whole_columns(seed):
         elif len(frame):
             assert frame[name].dtype == whole.dtype, name
     packed = out.packed_frame(32)
-    for name in CONTROL_COLUMNS:
+    for name in PACKED_CONTROL:   # timestamps cross as arrays of UTC microseconds
         if len(frame):
             assert packed[name].dtype == frame[name].dtype, name
