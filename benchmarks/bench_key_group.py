@@ -11,8 +11,9 @@ a filesystem backend in a temporary folder. A size ``RxK`` is R records of K key
 78x8 is a 10,000-record batch of 997 keys spread over 128 key groups (the default
 ``max_parallelism``), 625x62 the same over 16. The table gives the median and best ms per call
 after ``--warmup`` calls, for one output row per key (``LatestCount``) and per record
-(``RunningCount``), packed as the operator packs them. PySpark's own work per group (Arrow to
-pandas, the state row, the output's conversion) is not included.
+(``RunningCount``), packed as the operator packs them in a session whose time zone is UTC.
+PySpark's own work per group (Arrow to pandas, the state row, the output's conversion) is not
+included.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ def measure(records: int, keys: int, per_key: bool, batches: int, warmup: int):
     blob, times, rows = None, [], 0
     for frame in frames:
         started = time.perf_counter()
-        out, blob = run_batch(opts, fn, "key", ["key", "value"], 3, blob, [frame], 0, 32)
+        out, blob = run_batch(opts, fn, "key", ["key", "value"], 3, blob, [frame], 0, 32,
+                              "UTC")
         times.append((time.perf_counter() - started) * 1000)
         rows = len(out)
     kept = times[warmup:]
