@@ -182,9 +182,14 @@ def _pandas_time_zone(df: DataFrame) -> Optional[str]:
     """The time zone PySpark's Arrow conversion gives naive pandas timestamps in this session
     (driver): the session time zone, or None (the worker's local zone) where the legacy
     ``spark.sql.execution.pandas.respectSessionTimeZone`` is false. Packed output converts its
-    timestamps as PySpark would convert them (:func:`~barrier_ops.packed_rows.utc_micros`)."""
+    timestamps as PySpark would convert them (:func:`~barrier_ops.packed_rows.utc_micros`).
+    A session that will not say (a restricted configuration, as on some managed clusters) has
+    the default: the session time zone is respected."""
     conf = df.sparkSession.conf
-    respect = conf.get("spark.sql.execution.pandas.respectSessionTimeZone", "true")
+    try:
+        respect = conf.get("spark.sql.execution.pandas.respectSessionTimeZone", "true")
+    except Exception:  # noqa: BLE001 - Connect and managed runtimes raise their own errors
+        respect = "true"
     if str(respect).strip().lower() == "false":
         return None
     return conf.get("spark.sql.session.timeZone")

@@ -225,3 +225,33 @@ def test_frames_keep_the_dtypes_pandas_infers_for_the_whole_columns(seed):
     for name in PACKED_CONTROL:   # timestamps cross as arrays of UTC microseconds
         if len(frame):
             assert packed[name].dtype == frame[name].dtype, name
+
+
+class _Conf:
+    def __init__(self, values, refused=()):
+        self.values, self.refused = values, refused
+
+    def get(self, key, default=None):
+        if key in self.refused:
+            raise RuntimeError(f"[CONFIG_NOT_AVAILABLE] {key}")
+        return self.values.get(key, default)
+
+
+class _Frame:
+    def __init__(self, conf):
+        self.sparkSession = type("Session", (), {"conf": conf})()
+
+
+@pytest.mark.parametrize("values, refused, zone", [
+    ({"spark.sql.session.timeZone": "Asia/Tokyo"}, (), "Asia/Tokyo"),
+    ({"spark.sql.session.timeZone": "Asia/Tokyo",
+      "spark.sql.execution.pandas.respectSessionTimeZone": "false"}, (), None),
+    ({"spark.sql.session.timeZone": "Asia/Tokyo"},
+     ("spark.sql.execution.pandas.respectSessionTimeZone",), "Asia/Tokyo"),
+])
+def test_packing_converts_in_the_zone_pyspark_gives_naive_timestamps(values, refused, zone):
+    """The session's zone; the worker's local one (None) where the legacy option says not to
+    respect it; the session's where the runtime refuses to say (driver)."""
+    from barrier_ops.operator import _pandas_time_zone
+
+    assert _pandas_time_zone(_Frame(_Conf(values, refused))) == zone
