@@ -106,11 +106,13 @@ class OutputRows:
         bounds = list(zip(first.tolist(), (first + size).tolist(), record_row.tolist()))
         columns = {name: _packed_cells(values, bounds) for name, values in self._user.items()}
         piece = run[row_run]                            # the piece whose control values a row takes
+        one_row_a_piece = (len(piece) == len(counts)    # no run merged or split: 0, 1, 2 ...
+                           and bool((piece == np.arange(len(counts))).all()))
         for name, values in self._control.items():
             if name == "timestamp":
                 continue
             column = _control_array(name, values)
-            if len(piece) != len(counts) or (piece != np.arange(len(counts))).any():
+            if not one_row_a_piece:
                 column = column.take(piece)
             if name == "offset" and step.any():   # a row of a run counts on from its first
                 column = column + step
