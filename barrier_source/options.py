@@ -58,6 +58,13 @@ SOURCE_OPTIONS = [
     OptionSpec("maxOffsetsPerTrigger", None, "Upper bound of records per micro-batch, split over "
                "partitions in proportion to their backlog (PySpark ReadMaxRows).",
                kind="int", minimum=1),
+    OptionSpec("maxPartitions", None, "Upper bound of Spark tasks reading one micro-batch: the "
+               "Kafka partitions' ranges are packed into at most this many input partitions "
+               "(about equal records each), a task reading its ranges one after another. "
+               "Unset: one task per Kafka partition with data, as Spark's Kafka source. Set it "
+               "to the cores reading the topic when it has more partitions than that: every "
+               "Python task costs PySpark tens of ms to start, paid per wave of tasks.",
+               kind="int", minimum=1),
     OptionSpec("minOffsetsPerTrigger", None, "Lower bound of records per micro-batch: smaller "
                "backlogs wait, but at most maxTriggerDelay (ignored with Trigger.AvailableNow).",
                kind="int", minimum=1),
@@ -213,6 +220,7 @@ class SourceOptions:
     starting_by_timestamp_strategy: str
     group_offsets_fallback: str
     max_offsets_per_trigger: Optional[int]
+    max_partitions: Optional[int]
     min_offsets_per_trigger: Optional[int]
     max_trigger_delay_ms: int
     fail_on_data_loss: bool
@@ -327,6 +335,7 @@ class SourceOptions:
             assign=assign, starting=starting,
             starting_by_timestamp_strategy=opt("startingOffsetsByTimestampStrategy"),
             group_offsets_fallback=opt("groupOffsetsFallback"), max_offsets_per_trigger=max_rows,
+            max_partitions=opt("maxPartitions"),
             min_offsets_per_trigger=min_rows, max_trigger_delay_ms=opt("maxTriggerDelay"),
             fail_on_data_loss=opt("failOnDataLoss"), include_headers=opt("includeHeaders"),
             group_id=group_id, is_group_id_derived=derived,

@@ -38,6 +38,7 @@ from barrier_source.offsets import (PartitionOffsets, SourceOffset, offset_of, o
                                     offsets_to_json, sorted_channels)
 from barrier_source.options import PLACEMENT_END, PLACEMENT_TIMESTAMP, SourceOptions
 from barrier_source.planner import count_rows, plan_end_offset, rate_limit
+from barrier_source.range_groups import KafkaRangeGroup, pack_ranges
 from barrier_source.read_limits import (ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows,
                                         SupportsTriggerAvailableNow)
 from barrier_source.trigger import CheckpointTrigger, TriggerDecision, TriggerState
@@ -478,6 +479,8 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
                 continue
             out.append(KafkaRangePartition(t, p, begin, max(begin, until), barriers, epochs,
                                            e.next_checkpoint_id))
+        if self.opts.max_partitions is not None:
+            return pack_ranges(out, self.opts.max_partitions)
         return out
 
     def _check_guessed_start(self, start: dict, end: dict) -> None:
@@ -494,9 +497,17 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
                 "(AvailableNow then runs one batch, like Trigger.Once) or use PySpark >= 4.2.")
 
     # ------------------------------------------------------------------ executors
-    def read(self, partition: KafkaRangePartition) -> Iterator[Any]:
-        """Yield ``pyarrow.RecordBatch``es: the range's records with barrier rows in place.
-        Runs on the executor."""
+    def read(self, partition) -> Iterator[Any]:
+        """Yield ``pyarrow.RecordBatch``es: the range's records with barrier rows in place; for a
+        :class:`~barrier_source.range_groups.KafkaRangeGroup` (``maxPartitions``), each of its
+        ranges so in turn. Runs on the executor."""
+        if isinstance(partition, KafkaRangeGroup):
+            for one in partition.ranges:
+                yield from self._read_range(one)
+        else:
+            yield from self._read_range(partition)
+
+    def _read_range(self, partition: KafkaRangePartition) -> Iterator[Any]:
         from barrier_source.arrow_rows import RowBuilder
         from barrier_source.kafka_read import fetch_range
 

@@ -5,7 +5,9 @@ run today, side by side in one run, on the same input topic and trigger.
         [--records 200000] [--keys 997,100000] [--batches 10000,50000,200000] [--rounds 2]
 
 Pipelines (each starts from the earliest offset of the same 4-partition topic, with
-``maxOffsetsPerTrigger`` = batch size and 2 shuffle partitions):
+``maxOffsetsPerTrigger`` = batch size and 2 shuffle partitions; the barrier-kafka source packs
+the four partitions' ranges into as many tasks as the session has cores, ``maxPartitions``,
+unless ``--max-partitions`` says otherwise):
 
 * ``native``: Spark's Kafka source -> ``groupBy("key").count()`` (update mode, Spark's state
   store) -> Spark's Kafka sink (at-least-once); one row per key and batch.
@@ -117,7 +119,8 @@ def start_native(spark, bootstrap, src, out, work, batch, trigger_s=None):
 
 
 def start_exactly_once(spark, bootstrap, src, out, work, batch, per_key: bool, trigger_s=None,
-                       lean: bool = False, max_parallelism: int = 16):
+                       lean: bool = False, max_parallelism: int = 16,
+                       max_partitions: int = 0):
     from barrier_ops.examples.running_count import OUTPUT_SCHEMA, RunningCount
     from barrier_ops.operator import keyed_process
 
@@ -126,7 +129,10 @@ def start_exactly_once(spark, bootstrap, src, out, work, batch, per_key: bool, t
           .option("subscribe", src).option("startingOffsets", "earliest")
           .option("maxOffsetsPerTrigger", str(batch))
           .option("execution.checkpointing.interval-batches", "1")
-          .option("checkpoint.storage", storage).load())
+          .option("checkpoint.storage", storage))
+    if max_partitions:
+        df = df.option("maxPartitions", str(max_partitions))
+    df = df.load()
     if lean:
         df = df.select(*LEAN_COLUMNS)
     fn = LatestCount() if per_key else RunningCount()
@@ -201,7 +207,8 @@ def attribute(progress, storage) -> dict:
     return out
 
 
-def one_run(spark, variant, bootstrap, src, records, keys, batch, max_parallelism=16):
+def one_run(spark, variant, bootstrap, src, records, keys, batch, max_parallelism=16,
+            max_partitions=0):
     out = make_topic(bootstrap, 2)
     work = tempfile.mkdtemp(prefix="bench-pipe-")
     t0 = time.monotonic()
@@ -211,7 +218,8 @@ def one_run(spark, variant, bootstrap, src, records, keys, batch, max_parallelis
         query = start_exactly_once(spark, bootstrap, src, out, work, batch,
                                    per_key=variant.startswith("eo per-key"),
                                    lean=variant.endswith(" lean"),
-                                   max_parallelism=max_parallelism)
+                                   max_parallelism=max_parallelism,
+                                   max_partitions=max_partitions)
     try:
         done = wait_for_final_counts(bootstrap, out, final_counts(records, keys), 1800)
         seconds = time.monotonic() - t0
@@ -236,6 +244,10 @@ def main() -> int:
     parser.add_argument("--max-parallelism", type=int, default=16,
                         help="key groups of the exactly-once pipelines' operator (the library's "
                              "default is 128; every key group costs a fixed amount per batch)")
+    parser.add_argument("--max-partitions", type=int, default=-1,
+                        help="the barrier-kafka source's maxPartitions (tasks reading a batch); "
+                             "-1: the session's cores (defaultParallelism), 0: unset (one task "
+                             "per Kafka partition, as Spark's own source)")
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help=f"comma-separated, of {VARIANTS + LEAN_VARIANTS}")
     args = parser.parse_args()
@@ -246,6 +258,8 @@ def main() -> int:
         parser.error(f"unknown variants {unknown}; choose from {VARIANTS + LEAN_VARIANTS}")
 
     spark = spark_with_kafka_connector("bench-pipeline", shuffle_partitions=2)
+    max_partitions = (spark.sparkContext.defaultParallelism if args.max_partitions < 0
+                      else args.max_partitions)
     table, attribution = [], {}
     warmup = args.warmup  # rounds before the first configuration only
     for keys in [int(k) for k in args.keys.split(",")]:
@@ -256,7 +270,7 @@ def main() -> int:
             for round_no in range(warmup + args.rounds):
                 for v in variants:
                     seconds, phases = one_run(spark, v, bootstrap, src, args.records, keys,
-                                              batch, args.max_parallelism)
+                                              batch, args.max_parallelism, max_partitions)
                     if round_no < warmup:
                         print(f"keys {keys} batch {batch} {v}: {seconds:.1f}s (warm-up)",
                               flush=True)
@@ -272,7 +286,8 @@ def main() -> int:
                               base / med if base else float("nan")))
     print(f"\n{args.records} records, 4 input partitions, read_committed until every key's "
           f"final count is visible; {args.rounds} alternated rounds after a warm-up; "
-          f"{args.max_parallelism} key groups; "
+          f"{args.max_parallelism} key groups; barrier-kafka maxPartitions "
+          f"{max_partitions or 'unset'}; "
           f"load average {os.getloadavg()[0]:.1f}")
     print(f"{'keys':>7} {'batch':>7} {'pipeline':<18} {'best rec/s':>11} {'median rec/s':>13} "
           f"{'vs native':>10}")

@@ -213,14 +213,15 @@ def assert_prefix(got):
 
 
 def run_fault_chain(bootstrap, input_topic, output, workdir, group, prefix, records, faults_env,
-                    batch, output_path=None):
+                    batch, output_path=None, extra_args=()):
     """One pipeline hit by a series of faults, then run to the end.
 
     ``faults_env`` is a list of ``(name, env, marker, expect_rc)``: each run gets ``env``, must
     leave the file ``marker`` (the fault fired) and exit with ``expect_rc(rc)`` true. After every
     fault the committed output (read_committed, or the published files) must be a
     duplicate-free prefix; it must grow over the chain; the final run must finish and be
-    exactly-once (no open transaction, group offsets = last completed checkpoint)."""
+    exactly-once (no open transaction, group offsets = last completed checkpoint).
+    ``extra_args`` go to every run of the pipeline (``barrier_demo.pipeline``)."""
 
     def committed_prefix():
         if output_path:
@@ -230,14 +231,16 @@ def run_fault_chain(bootstrap, input_topic, output, workdir, group, prefix, reco
     visible = []
     for name, env, marker, expect_rc in faults_env:
         rc = run_pipeline(bootstrap, input_topic, output, workdir, group, prefix, env,
-                          max_offsets_per_trigger=batch, output_path=output_path)
+                          max_offsets_per_trigger=batch, output_path=output_path,
+                          extra_args=extra_args)
         assert os.path.exists(marker), \
             f"the pipeline never reached {name} (exit {rc}); see {workdir}/run.log"
         assert expect_rc(rc), f"unexpected exit {rc} at {name}; see {workdir}/run.log"
         visible.append(committed_prefix())
     assert visible == sorted(visible) and visible[-1] < records  # progress, not yet done
     rc = run_pipeline(bootstrap, input_topic, output, workdir, group, prefix,
-                      max_offsets_per_trigger=batch, output_path=output_path)
+                      max_offsets_per_trigger=batch, output_path=output_path,
+                      extra_args=extra_args)
     assert rc == 0, f"final run failed (exit {rc}); see {workdir}/run.log"
     if output_path:
         assert_files_exactly_once(bootstrap, input_topic, output_path, workdir, group, records)

@@ -23,9 +23,10 @@ def produce(bootstrap: str, topic: str, per_partition: Dict[int, int], *, start_
 
 def run_to_memory(spark, options: dict, checkpoint_dir: str, *, trigger: Optional[dict] = None,
                   name: Optional[str] = None, until_rows: Optional[int] = None,
-                  timeout_s: float = 120.0) -> List:
+                  timeout_s: float = 120.0, started=None) -> List:
     """Run the source into a memory table until all available data is processed; return rows
-    sorted by (topic, partition, offset, kind) with barriers after records at equal offsets."""
+    sorted by (topic, partition, offset, kind) with barriers after records at equal offsets.
+    ``started(query)`` is called once the query runs."""
     name = name or "src_" + uuid.uuid4().hex[:8]
     reader = spark.readStream.format("barrier-kafka")
     for k, v in options.items():
@@ -35,6 +36,8 @@ def run_to_memory(spark, options: dict, checkpoint_dir: str, *, trigger: Optiona
     if trigger:
         writer = writer.trigger(**trigger)
     query = writer.start()
+    if started is not None:
+        started(query)
     try:
         if trigger and trigger.get("availableNow"):
             query.awaitTermination(timeout_s)

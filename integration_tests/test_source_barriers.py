@@ -72,6 +72,47 @@ def test_barriers_at_batch_ends_in_every_partition(spark, bootstrap, topic_facto
     assert_epochs(rows)
 
 
+def _tasks_of_query(spark, run_id):
+    """Task counts of the stages of every job a query run ran (Spark's status tracker; a
+    streaming query's jobs are in the job group of its run id)."""
+    tracker = spark.sparkContext.statusTracker()
+    counts = []
+    for job in tracker.getJobIdsForGroup(run_id):
+        for stage in tracker.getJobInfo(job).stageIds:
+            info = tracker.getStageInfo(stage)
+            if info is not None:
+                counts.append(info.numTasks)
+    return counts
+
+
+def test_max_partitions_packs_ranges_into_fewer_tasks(spark, bootstrap, topic_factory, tmp_path):
+    """maxPartitions=2 on five partitions: each batch runs at most two read tasks, and the rows
+    are what one task per partition gives: every record once, barrier n at the batch end of
+    every channel (empty ones too), every record in its epoch."""
+    topic = topic_factory(5)
+    produce(bootstrap, topic, {0: 60, 1: 35, 2: 0, 3: 41, 4: 7})
+    channels = {f"{topic}:{p}" for p in range(5)}
+    runs = []
+    chk = str(tmp_path / "chk")
+    rows = run_to_memory(spark, base(bootstrap, topic, maxOffsetsPerTrigger="40",
+                                     maxPartitions="2"), chk,
+                         started=lambda q: runs.append(str(q.runId)))
+    tasks = _tasks_of_query(spark, runs[0])
+    assert len(tasks) >= 4 and max(tasks) <= 2, tasks
+    assert sorted((r.partition, r.offset) for r in records(rows)) == sorted(
+        [(0, i) for i in range(60)] + [(1, i) for i in range(35)] + [(3, i) for i in range(41)]
+        + [(4, i) for i in range(7)])
+    plans = planned_offsets(chk)
+    assert len(plans) >= 4
+    bars = barriers(rows)
+    assert bars == expected_barriers(plans)
+    assert sorted(bars) == list(range(1, len(bars) + 1))
+    assert all(set(pos) == channels for pos in bars.values())
+    assert bars[max(bars)] == {f"{topic}:0": 60, f"{topic}:1": 35, f"{topic}:2": 0,
+                               f"{topic}:3": 41, f"{topic}:4": 7}
+    assert_epochs(rows)
+
+
 def test_every_n_batches_and_checkpoints_off(spark, bootstrap, topic_factory, tmp_path):
     topic = topic_factory(1)
     produce(bootstrap, topic, {0: 50})
