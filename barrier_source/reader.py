@@ -450,10 +450,11 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         self._commit_completed(self._last_end)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        """One input partition per Kafka partition with records or barriers in ``[start, end)``
-        (driver planner worker; the partitions are pickled to executors). ``start == end`` is an
-        empty batch: PySpark < 4.2 announces the offset log's newest entry that way at a
-        restart."""
+        """One input partition per Kafka partition with records or barriers in ``[start, end)``,
+        or with ``maxPartitions`` those ranges packed into at most that many
+        (:mod:`barrier_source.range_groups`); driver planner worker, the partitions are pickled
+        to executors. ``start == end`` is an empty batch: PySpark < 4.2 announces the offset
+        log's newest entry that way at a restart."""
         self._check_guessed_start(start, end)
         self._seen = end
         if start == end:
