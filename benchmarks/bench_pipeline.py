@@ -146,8 +146,8 @@ def start_exactly_once(spark, bootstrap, src, out, work, batch, per_key: bool, t
                          trigger_s).start()
 
 
-ATTRIBUTION = ("batch", "spark", "stage 1+sched", "operator", "snapshot", "open txn",
-               "send", "flush", "driver", "EndTxn", "new producers")
+ATTRIBUTION = ("batch", "spark", "stage 1+sched", "operator", "state upd", "state commit",
+               "snapshot", "open txn", "send", "flush", "driver", "EndTxn", "new producers")
 
 
 def _median(values) -> float:
@@ -169,13 +169,19 @@ def attribute(progress, storage) -> dict:
       (offsets for the group, pruning, the sweep of unrecorded transactions);
     * ``new producers``: producers the slowest task created (0: its worker's parked producer
       took the transaction over);
-    * ``snapshot``: the operators' synchronous snapshot time (checkpoint statistics).
+    * ``snapshot``: the operators' synchronous snapshot time (checkpoint statistics);
+    * ``state upd`` and ``state commit``: Spark's own stateful operator, from the progress's
+      ``stateOperators`` (``allUpdatesTimeMs``, ``commitTimeMs``), per task (summed over the
+      shuffle partitions, divided by their number). For ``groupBy().count()`` that is the
+      aggregation and its state store; for ``applyInPandasWithState`` the update time holds the
+      keyed operator's Python run too (it is part of ``operator``), and the commit is the state
+      store's delta file, which both pipelines write every batch.
     """
     import glob
     import json
 
-    by_batch = {p["batchId"]: p["durationMs"] for p in progress
-                if p.get("numInputRows", 0) > 0}
+    by_progress = {p["batchId"]: p for p in progress if p.get("numInputRows", 0) > 0}
+    by_batch = {b: p["durationMs"] for b, p in by_progress.items()}
     records = {}
     if storage:
         for path in glob.glob(os.path.join(storage, "sink", "batch-*.json")):
@@ -186,6 +192,7 @@ def attribute(progress, storage) -> dict:
     for b, d in by_batch.items():
         row = {"batch": d.get("triggerExecution"),
                "spark": d.get("triggerExecution", 0) - d.get("addBatch", 0)}
+        row.update(state_store_ms(by_progress[b]))
         rec = records.get(b)
         if rec and rec.get("timings"):
             t, endtxn = rec["timings"], rec.get("commit_transactions_ms", 0.0)
@@ -205,6 +212,20 @@ def attribute(progress, storage) -> dict:
     out["snapshot"] = _median(stats)
     out["batches"] = len(rows)
     return out
+
+
+def state_store_ms(progress) -> dict:
+    """Per-task ms of Spark's stateful operators in one batch's progress (``state upd``,
+    ``state commit``), or nothing when the batch reported no stateful operator."""
+    ops = progress.get("stateOperators") or []
+    if not ops:
+        return {}
+    per_task = {"state upd": 0.0, "state commit": 0.0}
+    for op in ops:
+        tasks = max(1, op.get("numShufflePartitions") or 1)
+        per_task["state upd"] += op.get("allUpdatesTimeMs", 0) / tasks
+        per_task["state commit"] += op.get("commitTimeMs", 0) / tasks
+    return per_task
 
 
 def one_run(spark, variant, bootstrap, src, records, keys, batch, max_parallelism=16,
