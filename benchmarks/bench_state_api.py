@@ -8,6 +8,8 @@ side by side in one run, on the same generated input, so the state mechanism is 
 difference:
 
 * ``groupBy().count()``: Spark's own aggregation (the peer), update mode;
+* ``applyInPandas`` by key group with no state at all (each batch's counts only): the floor a
+  stateful API adds to, the same Python calls and rows without a state store;
 * ``applyInPandasWithState``, one call per key group (``crc32(key) % --key-groups``), the group's
   counts pickled into one binary state value (the operator's layout), on the default state store
   and on RocksDB;
@@ -84,6 +86,19 @@ def apply_in_pandas_with_state(df, key_groups: int):
                                                       "update", "NoTimeout")
 
 
+def apply_in_pandas_stateless(df, key_groups: int):
+    """The floor: the same calls and rows per key group through ``applyInPandas``, without any
+    state (each batch's counts only; executor). What a key group costs before state."""
+    from pyspark.sql import functions as F
+
+    def per_group(pdf):
+        seen = _counts_of([pdf])
+        return _rows(seen, seen)
+
+    keyed = df.withColumn("kg", F.pmod(F.crc32(F.col("key").cast("string")), F.lit(key_groups)))
+    return keyed.groupBy("kg").applyInPandas(per_group, OUTPUT)
+
+
 def _blob_processor():
     from pyspark.sql.streaming import StatefulProcessor
 
@@ -151,6 +166,7 @@ def group_by_count(df, key_groups: int):
 #: name -> (state store provider, plan)
 VARIANTS = {
     "groupBy().count()": (HDFS, group_by_count),
+    "applyInPandas, key groups, no state": (HDFS, apply_in_pandas_stateless),
     "applyInPandasWithState, key groups": (HDFS, apply_in_pandas_with_state),
     "  same, RocksDB": (ROCKSDB, apply_in_pandas_with_state),
     "transformWithStateInPandas, key groups": (ROCKSDB, transform_by_key_group),
