@@ -10,9 +10,9 @@ difference:
 * ``groupBy().count()``: Spark's own aggregation (the peer), update mode;
 * ``applyInPandas`` by key group with no state at all (each batch's counts only): the floor a
   stateful API adds to, the same Python calls and rows without a state store;
-* ``applyInPandasWithState``, one call per key group (``crc32(key) % --key-groups``), the group's
-  counts pickled into one binary state value (the operator's layout), on the default state store
-  and on RocksDB;
+* ``applyInPandasWithState``, one call per key group (``--key-groups`` of them, assigned as
+  ``keyed_process`` assigns them), the group's counts pickled into one binary state value (the
+  operator's layout), on the default state store and on RocksDB;
 * ``transformWithStateInPandas`` by key group, the same pickled counts in one ``ValueState``;
 * ``transformWithStateInPandas`` by key, one ``ValueState`` count per key (the layout the API is
   made for; one call per key and batch).
@@ -60,6 +60,24 @@ def _counts_of(pdfs) -> "dict":
     return keys.value_counts().to_dict()
 
 
+def _merged(blob, seen: dict):
+    """The key group's counts (``blob``: pickled, or None for none yet) plus ``seen``, and their
+    new pickled form (executor)."""
+    import pickle
+
+    counts = pickle.loads(blob) if blob is not None else {}
+    for k, n in seen.items():
+        counts[k] = counts.get(k, 0) + n
+    return counts, pickle.dumps(counts, protocol=4)
+
+
+def _with_key_groups(df, key_groups: int):
+    """``df`` plus ``kg``, the key group of its ``key`` as ``keyed_process`` computes it."""
+    from barrier_ops.keygroups import key_group_column
+
+    return df.withColumn("kg", key_group_column(df["key"], df.schema["key"].dataType, key_groups))
+
+
 def _rows(seen: dict, counts: dict):
     import pandas as pd
 
@@ -69,34 +87,24 @@ def _rows(seen: dict, counts: dict):
 
 def apply_in_pandas_with_state(df, key_groups: int):
     """One call per key group; its counts pickled into one binary state value (executor)."""
-    import pickle
-
-    from pyspark.sql import functions as F
-
     def per_group(key, pdfs, state):
-        counts = pickle.loads(state.get[0]) if state.exists else {}
         seen = _counts_of(pdfs)
-        for k, n in seen.items():
-            counts[k] = counts.get(k, 0) + n
-        state.update((pickle.dumps(counts, protocol=4),))
+        counts, blob = _merged(state.get[0] if state.exists else None, seen)
+        state.update((blob,))
         yield _rows(seen, counts)
 
-    keyed = df.withColumn("kg", F.pmod(F.crc32(F.col("key").cast("string")), F.lit(key_groups)))
-    return keyed.groupBy("kg").applyInPandasWithState(per_group, OUTPUT, "blob binary",
+    return _with_key_groups(df, key_groups).groupBy("kg").applyInPandasWithState(per_group, OUTPUT, "blob binary",
                                                       "update", "NoTimeout")
 
 
 def apply_in_pandas_stateless(df, key_groups: int):
     """The floor: the same calls and rows per key group through ``applyInPandas``, without any
     state (each batch's counts only; executor). What a key group costs before state."""
-    from pyspark.sql import functions as F
-
     def per_group(pdf):
         seen = _counts_of([pdf])
         return _rows(seen, seen)
 
-    keyed = df.withColumn("kg", F.pmod(F.crc32(F.col("key").cast("string")), F.lit(key_groups)))
-    return keyed.groupBy("kg").applyInPandas(per_group, OUTPUT)
+    return _with_key_groups(df, key_groups).groupBy("kg").applyInPandas(per_group, OUTPUT)
 
 
 def _blob_processor():
@@ -109,13 +117,9 @@ def _blob_processor():
             self.blob = handle.getValueState("blob", "blob binary")
 
         def handleInputRows(self, key, rows, timerValues):
-            import pickle
-
-            counts = pickle.loads(self.blob.get()[0]) if self.blob.exists() else {}
             seen = _counts_of(rows)
-            for k, n in seen.items():
-                counts[k] = counts.get(k, 0) + n
-            self.blob.update((pickle.dumps(counts, protocol=4),))
+            counts, blob = _merged(self.blob.get()[0] if self.blob.exists() else None, seen)
+            self.blob.update((blob,))
             yield _rows(seen, counts)
 
         def close(self):
@@ -148,11 +152,8 @@ def _key_processor():
 
 
 def transform_by_key_group(df, key_groups: int):
-    from pyspark.sql import functions as F
-
-    keyed = df.withColumn("kg", F.pmod(F.crc32(F.col("key").cast("string")), F.lit(key_groups)))
-    return keyed.groupBy("kg").transformWithStateInPandas(_blob_processor(), OUTPUT, "Update",
-                                                          "None")
+    return _with_key_groups(df, key_groups).groupBy("kg").transformWithStateInPandas(
+        _blob_processor(), OUTPUT, "Update", "None")
 
 
 def transform_by_key(df, key_groups: int):
