@@ -37,7 +37,7 @@ class OutputRows:
     def __init__(self, user_columns: Sequence[str]) -> None:
         self.user_columns = list(user_columns)
         self._user: Dict[str, List[Any]] = {c: [] for c in self.user_columns}
-        self._control: Dict[str, List[Any]] = {c: [] for c in CONTROL_COLUMNS}
+        self._pieces: List[Tuple] = []   # a piece's control values, in CONTROL_COLUMNS order
         self._counts: List[int] = []
 
     def add_records(self, rows: List[Tuple], topic: str, partition: int, first_offset: int,
@@ -48,20 +48,27 @@ class OutputRows:
             return
         for name, values in zip(self.user_columns, zip(*rows)):
             self._user[name].extend(values)
-        self._add_piece(n, topic=topic, partition=partition, offset=first_offset,
-                        timestamp=timestamp, kind=KIND_RECORD, checkpoint_id=epoch)
+        # CONTROL_COLUMNS order; one tuple a piece: a key's block costs one append, not nine
+        self._pieces.append((topic, partition, first_offset, timestamp, KIND_RECORD, epoch, None,
+                             NO_CHANNELS, None))
+        self._counts.append(n)
 
     def add_control(self, **fields) -> None:
         """One control row: the given control fields, every other column null."""
+        unknown = set(fields).difference(CONTROL_COLUMNS)
+        if unknown:
+            raise TypeError(f"not control columns: {sorted(unknown)}")
         for values in self._user.values():
             values.append(None)
-        self._add_piece(1, **fields)
-
-    def _add_piece(self, count: int, **fields) -> None:
         fields.setdefault("barrier_channels", NO_CHANNELS)
-        for name, values in self._control.items():
-            values.append(fields.get(name))
-        self._counts.append(count)
+        self._pieces.append(tuple(fields.get(name) for name in CONTROL_COLUMNS))
+        self._counts.append(1)
+
+    def _control(self) -> Dict[str, List[Any]]:
+        """Each control column's values, one a piece."""
+        if not self._pieces:
+            return {name: [] for name in CONTROL_COLUMNS}
+        return dict(zip(CONTROL_COLUMNS, map(list, zip(*self._pieces))))
 
     def frame(self) -> pd.DataFrame:
         names = self.user_columns + CONTROL_COLUMNS
@@ -70,7 +77,7 @@ class OutputRows:
         if not total:
             return pd.DataFrame({name: [] for name in names}, columns=names)
         columns = {name: _user_series(values) for name, values in self._user.items()}
-        for name, values in self._control.items():
+        for name, values in self._control().items():
             column = _control_array(name, values).repeat(counts)
             if name == "offset" and (counts > 1).any():  # a block counts up from its first
                 first_row = np.cumsum(counts) - counts
@@ -93,9 +100,10 @@ class OutputRows:
         counts = np.asarray(self._counts, dtype=np.int64)
         if not len(counts):
             return pd.DataFrame({name: [] for name in names}, columns=names)
-        run = self._run_starts(counts)                  # first piece of each run
+        control = self._control()
+        run = _run_starts(control, counts)              # first piece of each run
         run_counts = np.add.reduceat(counts, run)
-        is_record = (np.asarray(self._control["kind"], dtype=object) == KIND_RECORD)[run]
+        is_record = (np.asarray(control["kind"], dtype=object) == KIND_RECORD)[run]
         rows_per_run = np.where(is_record, -(-run_counts // max_records), 1)
         row_run = np.repeat(np.arange(len(run)), rows_per_run)
         step = (np.arange(len(row_run)) - np.repeat(np.cumsum(rows_per_run) - rows_per_run,
@@ -108,7 +116,7 @@ class OutputRows:
         piece = run[row_run]                            # the piece whose control values a row takes
         one_row_a_piece = (len(piece) == len(counts)    # no run merged or split: 0, 1, 2 ...
                            and bool((piece == np.arange(len(counts))).all()))
-        for name, values in self._control.items():
+        for name, values in control.items():
             if name == "timestamp":
                 continue
             column = _control_array(name, values)
@@ -118,27 +126,27 @@ class OutputRows:
                 column = column + step
             columns[name] = column
         micros = np.empty(len(counts), dtype=object)
-        micros[:] = utc_micros(self._control["timestamp"], time_zone)
+        micros[:] = utc_micros(control["timestamp"], time_zone)
         columns[PACKED_TIMESTAMPS] = _packed_cells(micros.repeat(counts), [
             (a, b if is_rec else a + 1, True) for a, b, is_rec in bounds])
         columns[PACKED_COUNT] = size.astype(np.int32)
         return _frame_of(columns)
 
-    def _run_starts(self, counts: np.ndarray) -> np.ndarray:
-        """Index of the first piece of each run: a piece of records continues the one before it
-        when that is records too, of the same topic, partition and epoch, and its offsets go on
-        from there (a key group's records between two control rows)."""
-        control = self._control
-        kind, topic = control["kind"], control["topic"]
-        partition, epoch, offset = control["partition"], control["checkpoint_id"], control["offset"]
-        starts = [0]
-        for i in range(1, len(counts)):
-            j = i - 1
-            if not (kind[i] == KIND_RECORD and kind[j] == KIND_RECORD and topic[i] == topic[j]
-                    and partition[i] == partition[j] and epoch[i] == epoch[j]
-                    and offset[j] is not None and offset[i] == offset[j] + int(counts[j])):
-                starts.append(i)
-        return np.asarray(starts, dtype=np.int64)
+
+def _run_starts(control: Dict[str, List[Any]], counts: np.ndarray) -> np.ndarray:
+    """Index of the first piece of each run: a piece of records continues the one before it
+    when that is records too, of the same topic, partition and epoch, and its offsets go on
+    from there (a key group's records between two control rows)."""
+    kind, topic = control["kind"], control["topic"]
+    partition, epoch, offset = control["partition"], control["checkpoint_id"], control["offset"]
+    starts = [0]
+    for i in range(1, len(counts)):
+        j = i - 1
+        if not (kind[i] == KIND_RECORD and kind[j] == KIND_RECORD and topic[i] == topic[j]
+                and partition[i] == partition[j] and epoch[i] == epoch[j]
+                and offset[j] is not None and offset[i] == offset[j] + int(counts[j])):
+            starts.append(i)
+    return np.asarray(starts, dtype=np.int64)
 
 
 #: control columns whose values are text, lists or None: their dtype is ``object`` whatever the

@@ -26,7 +26,7 @@ import pandas as pd
 
 from barrier_core.ack import AckMetrics, Acknowledgement, offsets_by_topic
 from barrier_ops.function import KeyedProcessFunction, rows_to_tuples
-from barrier_ops.input_events import build_events, gather, group_by_key
+from barrier_ops.input_events import KeyRows, build_events, gather, group_by_key
 from barrier_ops.output_rows import OutputRows
 from barrier_ops.options import AT_LEAST_ONCE, OperatorOptions
 from barrier_ops.snapshots import IncrementalSnapshots, encode_full, fold, snapshot_parts
@@ -146,13 +146,14 @@ class KeyGroupRuntime:
             return
         rows, keys, bounds = group_by_key(*gather(segment), self._key_col)
         latest = _LatestTimestamp(rows)
+        key_rows = KeyRows(rows, len(keys))
         ranges = zip(bounds[:-1].tolist(), bounds[1:].tolist(), latest.of_ranges(bounds))
         for key, (a, b, ts) in zip(keys, ranges):
             key = _py(key)
             if self.incremental is not None:
                 self.incremental.touch(key)
             ctx = KeyedContext(self.store, key, self.key_group, self.epoch, self._now_ms)
-            out = self._fn.process_records(key, rows.iloc[a:b], ctx)
+            out = self._fn.process_records(key, key_rows(a, b), ctx)
             self._emit_records(out, ts)
         wm_ts = latest.between(0, len(rows))
         if wm_ts is not None:

@@ -11,7 +11,8 @@ import pytest
 
 from barrier_ops.alignment import Records
 from barrier_ops.examples.word_count import CountPerKey
-from barrier_ops.input_events import RowSlice, build_events, gather, group_by_key
+from barrier_ops.input_events import (KeyRows, RowSlice, build_events, gather,
+                                      group_by_key)
 from barrier_ops.options import OperatorOptions
 from barrier_ops.output_rows import CONTROL_COLUMNS, OutputRows
 from barrier_ops.runtime import KeyGroupRuntime
@@ -71,6 +72,47 @@ def test_group_by_key_matches_pandas_groupby_first_appearance_order(keys):
     want = [(None if pd.isna(k) else k, sub["n"].tolist())
             for k, sub in rows.groupby("key", sort=False, dropna=False)]
     assert got == want
+
+
+def _mixed_frame(n: int) -> pd.DataFrame:
+    """Columns of every kind of block pandas keeps: numpy ints, floats, objects, naive and
+    zoned datetimes, nullable integers, categoricals and Arrow-backed text."""
+    return pd.DataFrame({
+        "key": [f"k{i % 4}".encode() for i in range(n)],
+        "offset": np.arange(n, dtype="int64"),
+        "partition": (np.arange(n) % 3).astype("int32"),
+        "score": np.linspace(0.0, 1.0, n),
+        "timestamp": pd.date_range("2026-01-01", periods=n, freq="s"),
+        "zoned": pd.date_range("2026-01-01", periods=n, freq="min", tz="Europe/Berlin"),
+        "maybe": pd.array([None if i % 5 == 0 else i for i in range(n)], dtype="Int64"),
+        "colour": pd.Categorical([("red", "green")[i % 2] for i in range(n)]),
+        "text": pd.array([f"t{i}" for i in range(n)], dtype="string[pyarrow]"),
+    })
+
+
+@pytest.mark.parametrize("copy_on_write", [False, True])
+def test_key_rows_equal_iloc_and_leave_the_batch_alone_when_the_function_writes(copy_on_write):
+    with pd.option_context("mode.copy_on_write", copy_on_write):
+        rows = _mixed_frame(12)
+        expected = rows.copy()
+        for cuts in (1, KeyRows.CONSOLIDATE_AT):      # blocks as they are, and consolidated
+            cut = KeyRows(rows, cuts)
+            for a, b in [(0, 12), (0, 1), (3, 7), (11, 12), (5, 5)]:
+                got = cut(a, b)
+                pd.testing.assert_frame_equal(got, expected.iloc[a:b])
+                assert got.index.equals(pd.RangeIndex(a, b))
+            part = cut(3, 7)
+            part["note"] = "added"                 # a new column is the function's own
+            assert "note" not in rows.columns
+            pd.testing.assert_frame_equal(rows, expected)
+
+
+def test_key_rows_fall_back_to_iloc_for_a_frame_with_attrs():
+    rows = _mixed_frame(6)
+    rows.attrs["source"] = "test"
+    part = KeyRows(rows, 100)(2, 4)
+    assert part.attrs == {"source": "test"}
+    pd.testing.assert_frame_equal(part, rows.iloc[2:4])
 
 
 def test_output_rows_have_the_dtypes_of_a_frame_built_row_by_row():
@@ -222,3 +264,12 @@ def test_latest_timestamps_of_all_ranges_equal_those_of_each_range(seed, kind):
     assert got == want
     assert [None if w is None else str(w.tz) for w in want] == \
         [None if g is None else str(g.tz) for g in got]
+
+
+def test_output_rows_refuse_a_control_field_that_is_not_a_control_column():
+    out = OutputRows(["word"])
+    with pytest.raises(TypeError, match="checkpoint_idd"):
+        out.add_control(kind="ack", checkpoint_idd=3)
+    out.add_control(kind="ack", checkpoint_id=3, ack="{}")
+    frame = out.frame()
+    assert frame["checkpoint_id"].tolist() == [3] and frame["word"].isna().all()
