@@ -107,6 +107,13 @@ def test_key_rows_equal_iloc_and_leave_the_batch_alone_when_the_function_writes(
             pd.testing.assert_frame_equal(rows, expected)
 
 
+def test_key_rows_cut_the_block_manager_on_the_supported_pandas():
+    # setup.cfg's pandas range has the internals KeyRows uses; a pandas without them would
+    # silently cost every key ``iloc`` again (see bench_key_group.py)
+    assert KeyRows(_mixed_frame(4), 1)._cut is not None
+    assert KeyRows(_mixed_frame(4), KeyRows.CONSOLIDATE_AT)._cut is not None
+
+
 def test_key_rows_fall_back_to_iloc_for_a_frame_with_attrs():
     rows = _mixed_frame(6)
     rows.attrs["source"] = "test"
