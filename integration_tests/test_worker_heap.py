@@ -1,0 +1,49 @@
+"""The keyed operator's user function runs in a Python worker whose long-lived heap is frozen
+(barrier_core.worker_heap), on real Spark (local[2]), and its output is the same."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from barrier_ops.function import KeyedProcessFunction
+from barrier_ops.operator import keyed_process
+from barrier_ops.testing import ScriptDataSource, make_script, reference_counts, write_script
+
+
+class CountAndHeap(KeyedProcessFunction):
+    """A running count per key that also reports how many objects the worker's collector has
+    frozen when the function runs (executor)."""
+
+    def process_records(self, key, records, state):
+        n = state.value_state("n", 0)
+        n.update(n.value() + len(records))
+        return [(key.decode(), n.value(), gc.get_freeze_count())]
+
+
+@pytest.fixture(scope="module")
+def script_spark(spark):
+    spark.dataSource.register(ScriptDataSource)
+    return spark
+
+
+def test_the_function_runs_on_a_frozen_heap_and_counts_every_record(script_spark, tmp_path):
+    script = make_script(11, partitions=2, records=30, checkpoints=2, batches=3)
+    path = write_script(script, str(tmp_path / "script.json"))
+    df = script_spark.readStream.format("barrier-ops-script").option("path", path).load()
+    out = keyed_process(df, "key", CountAndHeap(), "key string, n long, frozen long",
+                        operator_id="heap", state_backend=f"file://{tmp_path}/state",
+                        max_parallelism=4)
+    q = (out.writeStream.format("memory").queryName("heap")
+         .option("checkpointLocation", str(tmp_path / "chk")).outputMode("append").start())
+    try:
+        q.processAllAvailable()
+    finally:
+        q.stop()
+    rows = [r for r in script_spark.sql("select * from heap").collect() if r.kind == "record"]
+    assert rows and min(r.frozen for r in rows) > 1000
+    final = {}
+    for r in rows:
+        final[r.key] = max(final.get(r.key, 0), r.n)
+    assert final == dict(reference_counts(script))
