@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import sys
 import threading
 
 logger = logging.getLogger(__name__)
@@ -49,3 +50,16 @@ def freeze_long_lived_objects() -> bool:
         _frozen = True
     logger.debug("froze %d long-lived objects of this worker", gc.get_freeze_count())
     return True
+
+
+def in_python_worker() -> bool:
+    """Whether this process is a PySpark Python worker (forked by ``pyspark.daemon``, or
+    ``pyspark.worker`` run on its own), not a user's driver process or a test."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return getattr(spec, "name", None) in ("pyspark.daemon", "pyspark.worker")
+
+
+def freeze_in_python_worker() -> bool:
+    """:func:`freeze_long_lived_objects` in a PySpark Python worker only; False elsewhere
+    (driver-side callbacks that may also run in a user's own process)."""
+    return in_python_worker() and freeze_long_lived_objects()

@@ -47,3 +47,13 @@ def test_the_function_runs_on_a_frozen_heap_and_counts_every_record(script_spark
     for r in rows:
         final[r.key] = max(final.get(r.key, 0), r.n)
     assert final == dict(reference_counts(script))
+
+
+def test_python_workers_know_they_are_workers_and_the_driver_process_does_not(spark):
+    from pyspark.sql.functions import udf
+
+    from barrier_core.worker_heap import in_python_worker
+
+    is_worker = udf(lambda _: in_python_worker(), "boolean")
+    assert spark.range(2).select(is_worker("id").alias("w")).collect() == [(True,), (True,)]
+    assert not in_python_worker()

@@ -53,3 +53,12 @@ def test_cycles_made_after_the_freeze_are_still_collected():
         print(ref() is None)
     """)
     assert out == "True"
+
+
+def test_outside_a_python_worker_nothing_is_frozen():
+    out = run_python("""
+        import gc
+        from barrier_core.worker_heap import freeze_in_python_worker, in_python_worker
+        print(in_python_worker(), freeze_in_python_worker(), gc.get_freeze_count())
+    """)
+    assert out == "False False 0"
