@@ -93,8 +93,8 @@ def apply_in_pandas_with_state(df, key_groups: int):
         state.update((blob,))
         yield _rows(seen, counts)
 
-    return _with_key_groups(df, key_groups).groupBy("kg").applyInPandasWithState(per_group, OUTPUT, "blob binary",
-                                                      "update", "NoTimeout")
+    return _with_key_groups(df, key_groups).groupBy("kg").applyInPandasWithState(
+        per_group, OUTPUT, "blob binary", "update", "NoTimeout")
 
 
 def apply_in_pandas_stateless(df, key_groups: int):
