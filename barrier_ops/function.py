@@ -30,10 +30,12 @@ class KeyedProcessFunction:
     Notes
     -----
     Must be picklable. Records of a key arrive in channel order (by Kafka partition, then
-    offset), and all records of one call lie in the same checkpoint epoch.
+    offset), and all records of one call lie in the same checkpoint epoch. ``records`` is a
+    pandas DataFrame, or a ``pyarrow.RecordBatch`` of the same columns and rows with
+    ``keyed_process(..., records_format="arrow")`` (:mod:`barrier_ops.arrow_records`).
     """
 
-    def process_records(self, key: Any, records: pd.DataFrame, state) -> Rows:
+    def process_records(self, key: Any, records, state) -> Rows:
         raise NotImplementedError
 
     def on_timer(self, key: Any, timestamp_ms: int, state) -> Rows:

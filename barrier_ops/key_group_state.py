@@ -54,17 +54,20 @@ def load_runtime(blob: bytes) -> KeyGroupRuntime:
 def run_batch(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: List[str],
               key_group: int, blob: Optional[bytes], frames: Iterable[pd.DataFrame],
               batch_time_ms: int, pack: Optional[int] = None,
-              time_zone: Optional[str] = None) -> Tuple[pd.DataFrame, bytes]:
+              time_zone: Optional[str] = None,
+              record_types: Optional[dict] = None) -> Tuple[pd.DataFrame, bytes]:
     """Run key group ``key_group``'s rows of one micro-batch through its runtime (``blob``, or a
     new one, restored from ``opts.restore_from`` when set); returns the output rows (packed up
     to ``pack`` records a row when set, timestamps in the session time zone ``time_zone``,
     :mod:`barrier_ops.packed_rows`) and the runtime's new
-    state value. The frames' ``__kg`` column is dropped before the runtime sees the rows."""
+    state value. The frames' ``__kg`` column is dropped before the runtime sees the rows.
+    ``record_types``: the Arrow types of the records' columns when ``opts.records_format`` is
+    "arrow" (:func:`~barrier_ops.arrow_records.arrow_record_types`)."""
     runtime = load_runtime(blob) if blob is not None else KeyGroupRuntime.create(opts, key_group)
     frames = list(frames)
     pdf = pd.concat(frames, ignore_index=True) if len(frames) != 1 else frames[0]
     pdf = pdf.copy(deep=False)  # a new frame sharing the columns: ``del`` copies none of them,
     del pdf[KEY_GROUP_COLUMN]   # where ``drop`` copied every column of the batch
     out = runtime.process_batch(opts, fn, key_col, user_columns, pdf, batch_time_ms, pack,
-                                time_zone)
+                                time_zone, record_types)
     return out, pickle.dumps(runtime, protocol=4)

@@ -31,11 +31,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import (ArrayType, IntegerType, LongType, StringType,
                                StructField, StructType, TimestampType)
 
+from barrier_ops.arrow_records import arrow_record_types
 from barrier_ops.exceptions import InvalidOptionError
 from barrier_ops.function import as_keyed_function
 from barrier_ops.keygroups import DEFAULT_MAX_PARALLELISM, key_group_column
 from barrier_ops.key_group_state import KEY_GROUP_COLUMN, STATE_SCHEMA, run_batch
-from barrier_ops.options import EXACTLY_ONCE, OperatorOptions
+from barrier_ops.options import EXACTLY_ONCE, RECORDS_ARROW, RECORDS_PANDAS, OperatorOptions
 from barrier_ops.output_rows import CONTROL_COLUMNS
 from barrier_ops.packed_rows import PACKED_ROW_RECORDS, packable, packed_schema, unpack
 from barrier_core.schema import KIND_ACK, KIND_RECORD
@@ -74,7 +75,8 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
                   restore_requires_complete: bool = True,
                   on_timer: Optional[Callable] = None, watermark_delay_ms: int = 0,
                   state_backend_options: Optional[dict] = None,
-                  incremental_checkpoints: bool = False) -> DataFrame:
+                  incremental_checkpoints: bool = False,
+                  records_format: str = RECORDS_PANDAS) -> DataFrame:
     """Apply ``fn`` per key with keyed state, aligning checkpoint barriers (driver).
 
     Parameters
@@ -88,7 +90,8 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
         The key column; keys map to ``max_parallelism`` key groups by crc32 of their bytes.
     fn : callable or KeyedProcessFunction
         ``fn(key, records, state)`` -> rows (DataFrame, iterable of tuples or dicts, or None);
-        ``records`` is a pandas DataFrame of the key's records of one epoch in channel order,
+        ``records`` is a pandas DataFrame (a ``pyarrow.RecordBatch`` with
+        ``records_format="arrow"``) of the key's records of one epoch in channel order,
         ``state`` a :class:`~barrier_ops.state.KeyedContext` (value/list/map state, timers).
     output_schema : StructType or DDL str
         The columns ``fn`` returns; the operator appends the control columns.
@@ -111,6 +114,11 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
         Write only the keys touched since the previous checkpoint (deltas chained on a full
         snapshot, as Flink's ``state.backend.incremental``; file and S3 backends); see
         "Incremental checkpoints" in operations.md.
+    records_format : {"pandas", "arrow"}
+        What ``records`` is: a pandas DataFrame (the default) or a ``pyarrow.RecordBatch`` with
+        the same columns and rows. Handing a key its records costs about 1.6 us as Arrow
+        against 7-8 us as pandas, which halves the operator's own time with thousands of keys
+        a key group; see "Records as Arrow" in operations.md.
 
     Returns
     -------
@@ -120,7 +128,8 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
     """
     opts = OperatorOptions(operator_id, state_backend, max_parallelism, mode, restore_from,
                            restore_requires_complete, watermark_delay_ms,
-                           dict(state_backend_options or {}), incremental_checkpoints)
+                           dict(state_backend_options or {}), incremental_checkpoints,
+                           records_format)
     kfn = as_keyed_function(fn, on_timer)
     from pyspark import cloudpickle
 
@@ -139,12 +148,14 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
             + "Feed it a barrier-kafka stream (use barrier_ops.passthrough helpers for "
             "stateless steps so control rows and columns survive).")
     keyed = with_key_groups(df, key_col, max_parallelism)
+    record_types = (arrow_record_types(keyed.schema, exclude=(KEY_GROUP_COLUMN,))
+                    if records_format == RECORDS_ARROW else None)
 
     def run_key_group(key, pdfs, state):
         freeze_long_lived_objects()
         blob = state.get[0] if state.exists else None
         out, blob = run_batch(opts, kfn, key_col, user_columns, int(key[0]), blob, pdfs,
-                              state.getCurrentProcessingTimeMs(), pack, time_zone)
+                              state.getCurrentProcessingTimeMs(), pack, time_zone, record_types)
         state.update((blob,))
         if len(out):
             yield out

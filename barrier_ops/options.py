@@ -12,6 +12,10 @@ from barrier_ops.keygroups import DEFAULT_MAX_PARALLELISM
 EXACTLY_ONCE = "exactly_once"
 AT_LEAST_ONCE = "at_least_once"
 MODES = (EXACTLY_ONCE, AT_LEAST_ONCE)
+#: ``records_format``: each key's records as a pandas DataFrame, or as a pyarrow RecordBatch.
+RECORDS_PANDAS = "pandas"
+RECORDS_ARROW = "arrow"
+RECORDS_FORMATS = (RECORDS_PANDAS, RECORDS_ARROW)
 _OPERATOR_ID = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 
 
@@ -33,6 +37,7 @@ class OperatorOptions:
     watermark_delay_ms: int = 0
     state_backend_options: Mapping[str, str] = field(default_factory=dict, repr=False)
     incremental_checkpoints: bool = False
+    records_format: str = RECORDS_PANDAS
 
     def __post_init__(self) -> None:
         if not isinstance(self.operator_id, str) or not _OPERATOR_ID.match(self.operator_id):
@@ -56,6 +61,10 @@ class OperatorOptions:
         if not isinstance(self.incremental_checkpoints, bool):
             raise InvalidOptionError(f"incremental_checkpoints must be True or False, got "
                                      f"{self.incremental_checkpoints!r}")
+        if self.records_format not in RECORDS_FORMATS:
+            raise InvalidOptionError(
+                f"records_format must be 'pandas' (each key's records as a pandas DataFrame) or "
+                f"'arrow' (as a pyarrow RecordBatch), got {self.records_format!r}")
 
     @property
     def restore_prefix(self) -> Optional[str]:

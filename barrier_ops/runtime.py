@@ -25,10 +25,11 @@ import numpy as np
 import pandas as pd
 
 from barrier_core.ack import AckMetrics, Acknowledgement, offsets_by_topic
+from barrier_ops.arrow_records import ArrowKeyRows
 from barrier_ops.function import KeyedProcessFunction, rows_to_tuples
 from barrier_ops.input_events import KeyRows, build_events, gather, group_by_key
 from barrier_ops.output_rows import OutputRows
-from barrier_ops.options import AT_LEAST_ONCE, OperatorOptions
+from barrier_ops.options import AT_LEAST_ONCE, RECORDS_ARROW, OperatorOptions
 from barrier_ops.snapshots import IncrementalSnapshots, encode_full, fold, snapshot_parts
 from barrier_ops.state import KeyedContext, KeyedStateStore
 from barrier_ops.alignment import (BarrierAligner, BarrierTracker, CheckpointAborted,
@@ -96,11 +97,16 @@ class KeyGroupRuntime:
     def process_batch(self, opts: OperatorOptions, fn: KeyedProcessFunction, key_col: str,
                       user_columns: List[str], pdf: pd.DataFrame, batch_time_ms: int,
                       pack: Optional[int] = None,
-                      time_zone: Optional[str] = None) -> pd.DataFrame:
+                      time_zone: Optional[str] = None,
+                      record_types: Optional[dict] = None) -> pd.DataFrame:
         """Handle the rows one micro-batch delivered to this key group; return the output, one
         row per output row, or packed up to ``pack`` records a row, timestamps converted in
-        ``time_zone`` (the session's; :meth:`~barrier_ops.output_rows.OutputRows.packed_frame`)."""
+        ``time_zone`` (the session's; :meth:`~barrier_ops.output_rows.OutputRows.packed_frame`).
+        With ``opts.records_format`` "arrow" the function gets each key's records as a record
+        batch whose columns have the types ``record_types`` names
+        (:mod:`barrier_ops.arrow_records`)."""
         self._opts, self._fn, self._key_col = opts, fn, key_col
+        self._record_types = record_types or {}
         self._user_columns, self._now_ms = user_columns, batch_time_ms
         self._out = OutputRows(user_columns)
         self._backend = None
@@ -135,6 +141,7 @@ class KeyGroupRuntime:
                     else self._out.packed_frame(pack, time_zone))
         finally:
             del self._opts, self._fn, self._key_col, self._user_columns, self._now_ms
+            del self._record_types
             del self._out, self._backend
 
     def __getstate__(self):
@@ -146,7 +153,10 @@ class KeyGroupRuntime:
             return
         rows, keys, bounds = group_by_key(*gather(segment), self._key_col)
         latest = _LatestTimestamp(rows)
-        key_rows = KeyRows(rows, len(keys))
+        if self._opts.records_format == RECORDS_ARROW:
+            key_rows = ArrowKeyRows(rows, self._record_types)
+        else:
+            key_rows = KeyRows(rows, len(keys))
         ranges = zip(bounds[:-1].tolist(), bounds[1:].tolist(), latest.of_ranges(bounds))
         for key, (a, b, ts) in zip(keys, ranges):
             key = _py(key)

@@ -11,7 +11,8 @@ a filesystem backend in a temporary folder. A size ``RxK`` is R records of K key
 78x8 is a 10,000-record batch of 997 keys spread over 128 key groups (the default
 ``max_parallelism``), 625x62 the same over 16. The table gives the median and best ms per call
 after ``--warmup`` calls, for one output row per key (``LatestCount``) and per record
-(``RunningCount``), packed as the operator packs them in a session whose time zone is UTC.
+(``RunningCount``), packed as the operator packs them in a session whose time zone is UTC, with
+each key's records as a pandas frame and as an Arrow record batch (``records_format``).
 PySpark's own work per group (Arrow to pandas, the state row, the output's conversion) is not
 included.
 """
@@ -66,22 +67,27 @@ def key_group_frame(batch: int, records: int, keys: int) -> pd.DataFrame:
     return pd.concat([rows, barriers], ignore_index=True)
 
 
-def measure(records: int, keys: int, per_key: bool, batches: int, warmup: int):
+def measure(records: int, keys: int, per_key: bool, batches: int, warmup: int,
+            records_format: str = "pandas"):
     """Median and best ms of ``run_batch`` for one key group over ``batches`` batches."""
+    from barrier_core.schema import source_schema
+    from barrier_ops.arrow_records import arrow_record_types
     from barrier_ops.examples.running_count import RunningCount
     from barrier_ops.function import as_keyed_function
     from barrier_ops.key_group_state import run_batch
     from barrier_ops.options import OperatorOptions
     from benchmarks.bench_pipeline import LatestCount
 
-    opts = OperatorOptions("count", "file://" + tempfile.mkdtemp(prefix="bench-kg-"), 16)
+    opts = OperatorOptions("count", "file://" + tempfile.mkdtemp(prefix="bench-kg-"), 16,
+                           records_format=records_format)
+    types = arrow_record_types(source_schema()) if records_format == "arrow" else None
     fn = as_keyed_function(LatestCount() if per_key else RunningCount(), None)
     frames = [key_group_frame(b, records, keys) for b in range(batches)]
     blob, times, rows = None, [], 0
     for frame in frames:
         started = time.perf_counter()
         out, blob = run_batch(opts, fn, "key", ["key", "value"], 3, blob, [frame], 0, 32,
-                              "UTC")
+                              "UTC", types)
         times.append((time.perf_counter() - started) * 1000)
         rows = len(out)
     kept = times[warmup:]
@@ -99,14 +105,16 @@ def main() -> int:
         parser.error("--batches must be larger than --warmup")
     print(f"one key group's micro-batch in-process (run_batch), {args.batches - args.warmup} "
           f"calls after {args.warmup}; load average {os.getloadavg()[0]:.1f}")
-    print(f"{'records':>8} {'keys':>6} {'output':<11} {'median ms':>10} {'best ms':>8} "
-          f"{'out rows':>9}")
+    print(f"{'records':>8} {'keys':>6} {'output':<11} {'records as':<10} {'median ms':>10} "
+          f"{'best ms':>8} {'out rows':>9}")
     for size in args.sizes.split(","):
         records, keys = (int(x) for x in size.split("x"))
         for per_key in (True, False):
-            med, best, rows = measure(records, keys, per_key, args.batches, args.warmup)
-            print(f"{records:>8} {keys:>6} {'per key' if per_key else 'per record':<11} "
-                  f"{med:>10.2f} {best:>8.2f} {rows:>9}")
+            for fmt in ("pandas", "arrow"):
+                med, best, rows = measure(records, keys, per_key, args.batches, args.warmup,
+                                          fmt)
+                print(f"{records:>8} {keys:>6} {'per key' if per_key else 'per record':<11} "
+                      f"{fmt:<10} {med:>10.2f} {best:>8.2f} {rows:>9}")
     return 0
 
 

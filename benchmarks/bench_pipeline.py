@@ -15,6 +15,9 @@ unless ``--max-partitions`` says otherwise):
   -> two-phase-commit Kafka sink.
 * ``eo per-record``: barrier-kafka source -> keyed running count emitting one row per record
   (``RunningCount``, the demo's operator) -> two-phase-commit Kafka sink.
+* with ``--variants``, also ``... lean`` (the input narrowed to the columns read) and ``...
+  arrow`` (``keyed_process(..., records_format="arrow")``: each key's records as a pyarrow
+  RecordBatch, same functions).
 
 Every output value is ``<key>:<count>``. A run ends when a ``read_committed`` consumer of the
 output has seen the final count of every key (for the 2PC sink: when the checkpoint holding the
@@ -46,6 +49,11 @@ VARIANTS = ("native", "eo per-key", "eo per-record")
 #: ``groupBy().count()`` drops unread columns by itself; ``applyInPandasWithState`` cannot know
 #: what the function reads, so every input column crosses the shuffle and both Arrow hops.
 LEAN_VARIANTS = ("eo per-key lean", "eo per-record lean")
+#: ``--variants`` may add these too: the same pipelines with ``records_format="arrow"`` (each
+#: key's records reach the function as a pyarrow RecordBatch; both functions only take its
+#: length, so the function is the same).
+ARROW_VARIANTS = ("eo per-key arrow", "eo per-record arrow")
+EXTRA_VARIANTS = LEAN_VARIANTS + ARROW_VARIANTS
 LEAN_COLUMNS = ("key", "topic", "partition", "offset", "timestamp", "kind", "checkpoint_id",
                 "checkpoint_timestamp", "barrier_channels")
 
@@ -120,7 +128,7 @@ def start_native(spark, bootstrap, src, out, work, batch, trigger_s=None):
 
 def start_exactly_once(spark, bootstrap, src, out, work, batch, per_key: bool, trigger_s=None,
                        lean: bool = False, max_parallelism: int = 16,
-                       max_partitions: int = 0):
+                       max_partitions: int = 0, records_format: str = "pandas"):
     from barrier_ops.examples.running_count import OUTPUT_SCHEMA, RunningCount
     from barrier_ops.operator import keyed_process
 
@@ -137,7 +145,8 @@ def start_exactly_once(spark, bootstrap, src, out, work, batch, per_key: bool, t
         df = df.select(*LEAN_COLUMNS)
     fn = LatestCount() if per_key else RunningCount()
     counted = keyed_process(df, "key", fn, OUTPUT_SCHEMA, operator_id="count",
-                            state_backend=storage, max_parallelism=max_parallelism)
+                            state_backend=storage, max_parallelism=max_parallelism,
+                            records_format=records_format)
     return _with_trigger(counted.writeStream.format("barrier-kafka")
                          .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
                          .option("checkpoint.storage", storage)
@@ -240,7 +249,9 @@ def one_run(spark, variant, bootstrap, src, records, keys, batch, max_parallelis
                                    per_key=variant.startswith("eo per-key"),
                                    lean=variant.endswith(" lean"),
                                    max_parallelism=max_parallelism,
-                                   max_partitions=max_partitions)
+                                   max_partitions=max_partitions,
+                                   records_format=("arrow" if variant.endswith(" arrow")
+                                                   else "pandas"))
     try:
         done = wait_for_final_counts(bootstrap, out, final_counts(records, keys), 1800)
         seconds = time.monotonic() - t0
@@ -270,13 +281,13 @@ def main() -> int:
                              "-1: the session's cores (defaultParallelism), 0: unset (one task "
                              "per Kafka partition, as Spark's own source)")
     parser.add_argument("--variants", default=",".join(VARIANTS),
-                        help=f"comma-separated, of {VARIANTS + LEAN_VARIANTS}")
+                        help=f"comma-separated, of {VARIANTS + EXTRA_VARIANTS}")
     args = parser.parse_args()
     bootstrap = os.environ.get("BARRIER_KAFKA_BOOTSTRAP", "127.0.0.1:39092")
     variants = [v for v in args.variants.split(",") if v]
-    unknown = [v for v in variants if v not in VARIANTS + LEAN_VARIANTS]
+    unknown = [v for v in variants if v not in VARIANTS + EXTRA_VARIANTS]
     if unknown:
-        parser.error(f"unknown variants {unknown}; choose from {VARIANTS + LEAN_VARIANTS}")
+        parser.error(f"unknown variants {unknown}; choose from {VARIANTS + EXTRA_VARIANTS}")
 
     spark = spark_with_kafka_connector("bench-pipeline", shuffle_partitions=2)
     max_partitions = (spark.sparkContext.defaultParallelism if args.max_partitions < 0
