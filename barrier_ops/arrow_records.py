@@ -55,19 +55,30 @@ def arrow_record_types(schema, exclude=()) -> Dict[str, Optional[object]]:
 def to_record_batch(rows: pd.DataFrame, types: Mapping[str, Optional[object]]):
     """``rows`` as one ``pyarrow.RecordBatch``, each column of its type in ``types`` (executor).
     A column whose values do not convert to that type (a column ``types`` does not name, or an
-    upstream step that changed what a column holds) gets the type Arrow infers."""
+    upstream step that changed what a column holds) gets the type Arrow infers; one whose values
+    no Arrow type holds raises ``ValueError`` naming the column and the ways out."""
     import pyarrow as pa
 
+    failures = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError,
+                ValueError)
     arrays = []
     for name in rows.columns:
         series = rows[name]
         wanted = types.get(name)
+        if wanted is not None:
+            try:
+                arrays.append(pa.Array.from_pandas(series, type=wanted))
+                continue
+            except failures:
+                pass  # values that are not of the declared type: let Arrow infer one
         try:
-            arrays.append(pa.Array.from_pandas(series, type=wanted))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
-            if wanted is None:
-                raise
             arrays.append(pa.Array.from_pandas(series))
+        except failures as exc:
+            raise ValueError(
+                f"records_format='arrow': column {name!r} of the records (pandas dtype "
+                f"{series.dtype}) does not convert to Arrow ({type(exc).__name__}: {exc}). "
+                "Cast it to a Spark type Arrow holds or drop it before keyed_process, or use "
+                "records_format='pandas'.") from exc
     return pa.RecordBatch.from_arrays(arrays, names=[str(c) for c in rows.columns])
 
 

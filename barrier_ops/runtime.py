@@ -107,6 +107,7 @@ class KeyGroupRuntime:
         (:mod:`barrier_ops.arrow_records`)."""
         self._opts, self._fn, self._key_col = opts, fn, key_col
         self._record_types = record_types or {}
+        self._topic = output_topic(opts.operator_id)
         self._user_columns, self._now_ms = user_columns, batch_time_ms
         self._out = OutputRows(user_columns)
         self._backend = None
@@ -141,7 +142,7 @@ class KeyGroupRuntime:
                     else self._out.packed_frame(pack, time_zone))
         finally:
             del self._opts, self._fn, self._key_col, self._user_columns, self._now_ms
-            del self._record_types
+            del self._record_types, self._topic
             del self._out, self._backend
 
     def __getstate__(self):
@@ -159,7 +160,8 @@ class KeyGroupRuntime:
             key_rows = KeyRows(rows, len(keys))
         ranges = zip(bounds[:-1].tolist(), bounds[1:].tolist(), latest.of_ranges(bounds))
         for key, (a, b, ts) in zip(keys, ranges):
-            key = _py(key)
+            if type(key) not in _PLAIN_KEYS:   # numpy scalars, NaN
+                key = _py(key)
             if self.incremental is not None:
                 self.incremental.touch(key)
             ctx = KeyedContext(self.store, key, self.key_group, self.epoch, self._now_ms)
@@ -184,8 +186,10 @@ class KeyGroupRuntime:
     def _emit_records(self, rows, ts) -> None:
         tuples = rows_to_tuples(rows, self._user_columns)
         if tuples:
-            self._out.add_records(tuples, output_topic(self._opts.operator_id), self.key_group,
-                                  self.output_seq, None if pd.isna(ts) else ts, self.epoch)
+            if ts is not None and type(ts) is not pd.Timestamp and pd.isna(ts):
+                ts = None
+            self._out.add_records(tuples, self._topic, self.key_group, self.output_seq, ts,
+                                  self.epoch)
             self.output_seq += len(tuples)
 
     def _emit_control(self, kind: str, checkpoint_id, **fields) -> None:
@@ -269,6 +273,10 @@ class _LatestTimestamp:
         hits = np.flatnonzero(self._i8 == np.repeat(peak, np.diff(bounds)))
         first = hits[np.searchsorted(hits, starts)]   # a row of each range holding its maximum
         return [None if ts is pd.NaT else ts for ts in self._values.take(first).astype(object)]
+
+
+#: Key types that are already plain Python values (``_py`` would return them unchanged).
+_PLAIN_KEYS = frozenset({bytes, str, int})
 
 
 def _py(value):

@@ -58,6 +58,12 @@ def test_nan_and_nat_become_nulls_of_the_column_type_and_odd_values_are_inferred
     assert batch.column("note").type == pa.int64() and batch.column("note").to_pylist() == [1, 2, 3]
 
 
+def test_a_column_arrow_cannot_hold_is_named_with_the_ways_out():
+    rows = pd.DataFrame({"offset": [1, 2], "mixed": [1, object()]})
+    with pytest.raises(ValueError, match="column 'mixed'.*records_format='pandas'"):
+        to_record_batch(rows, {"offset": pa.int64(), "mixed": pa.string()})
+
+
 def test_a_key_gets_a_slice_of_one_batch():
     rows = pd.DataFrame({"key": [b"a", b"a", b"b"], "offset": [4, 7, 5]})
     cut = ArrowKeyRows(rows, {"key": pa.binary(), "offset": pa.int64()})
