@@ -4,12 +4,9 @@ and checkpoint snapshots are exact."""
 
 from __future__ import annotations
 
-import pytest
-
 from barrier_ops.function import KeyedProcessFunction
 from barrier_ops.operator import keyed_process
-from barrier_ops.testing import (ScriptDataSource, make_script, reference_counts, snapshot_values,
-                                 write_script)
+from barrier_ops.testing import make_script, reference_counts, snapshot_values, write_script
 from state_backends.filesystem import FilesystemStateBackend
 
 MAXP = 4
@@ -31,12 +28,6 @@ class CountArrow(KeyedProcessFunction):
         return [(key.decode(), n.value(), type(records).__name__,
                  f"{records.schema.field('key').type}/{records.schema.field('partition').type}/"
                  f"{records.schema.field('timestamp').type}", in_order and kinds == {"record"})]
-
-
-@pytest.fixture(scope="module")
-def script_spark(spark):
-    spark.dataSource.register(ScriptDataSource)
-    return spark
 
 
 def test_each_key_gets_its_records_as_an_arrow_batch_and_counts_are_exact(script_spark, tmp_path):

@@ -10,17 +10,10 @@ import shutil
 import pytest
 
 from barrier_ops.examples.word_count import keyed_count
-from barrier_ops.testing import (ScriptDataSource, make_script, reference_counts, snapshot_values,
-                                 write_script)
+from barrier_ops.testing import make_script, reference_counts, snapshot_values, write_script
 from state_backends.filesystem import FilesystemStateBackend
 
 MAXP = 8
-
-
-@pytest.fixture(scope="module")
-def script_spark(spark):
-    spark.dataSource.register(ScriptDataSource)
-    return spark
 
 
 def run_query(spark, script_path, state_dir, chk_dir, name, **kwargs):

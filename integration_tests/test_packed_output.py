@@ -9,13 +9,12 @@ import math
 
 import numpy as np
 import pandas as pd
-import pytest
 
 import barrier_ops.operator as operator_module
 from barrier_ops.function import KeyedProcessFunction
 from barrier_ops.operator import keyed_process, operator_output_schema
 from barrier_ops.packed_rows import PACKED_ROW_RECORDS
-from barrier_ops.testing import ScriptDataSource, make_script, write_script
+from barrier_ops.testing import make_script, write_script
 
 SCHEMA = ("s string, b binary, flag boolean, tiny tinyint, small smallint, i int, n bigint, "
           "f float, d double")
@@ -45,12 +44,6 @@ class EveryType(KeyedProcessFunction):
             return pd.DataFrame(rows, columns=["s", "b", "flag", "tiny", "small", "i", "n", "f",
                                                "d"])
         return rows
-
-
-@pytest.fixture(scope="module")
-def script_spark(spark):
-    spark.dataSource.register(ScriptDataSource)
-    return spark
 
 
 def run(spark, script_path, work, name, fn, schema, monkeypatch, packed: bool):

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import gc
 
-import pytest
-
 from barrier_ops.function import KeyedProcessFunction
 from barrier_ops.operator import keyed_process
-from barrier_ops.testing import ScriptDataSource, make_script, reference_counts, write_script
+from barrier_ops.testing import make_script, reference_counts, write_script
 
 
 class CountAndHeap(KeyedProcessFunction):
@@ -20,12 +18,6 @@ class CountAndHeap(KeyedProcessFunction):
         n = state.value_state("n", 0)
         n.update(n.value() + len(records))
         return [(key.decode(), n.value(), gc.get_freeze_count())]
-
-
-@pytest.fixture(scope="module")
-def script_spark(spark):
-    spark.dataSource.register(ScriptDataSource)
-    return spark
 
 
 def test_the_function_runs_on_a_frozen_heap_and_counts_every_record(script_spark, tmp_path):
