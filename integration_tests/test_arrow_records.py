@@ -7,6 +7,7 @@ from __future__ import annotations
 from barrier_ops.function import KeyedProcessFunction
 from barrier_ops.operator import keyed_process
 from barrier_ops.testing import make_script, reference_counts, snapshot_values, write_script
+from integration_tests.operator_helpers import run_to_end, script_stream
 from state_backends.filesystem import FilesystemStateBackend
 
 MAXP = 4
@@ -33,18 +34,11 @@ class CountArrow(KeyedProcessFunction):
 def test_each_key_gets_its_records_as_an_arrow_batch_and_counts_are_exact(script_spark, tmp_path):
     script = make_script(7, partitions=2, records=40, checkpoints=3, batches=4)
     path = write_script(script, str(tmp_path / "script.json"))
-    df = script_spark.readStream.format("barrier-ops-script").option("path", path).load()
-    out = keyed_process(df, "key", CountArrow(),
+    out = keyed_process(script_stream(script_spark, path), "key", CountArrow(),
                         "word string, count long, seen string, types string, ordered boolean",
                         operator_id="keyed-count", state_backend=f"file://{tmp_path}/state",
                         max_parallelism=MAXP, records_format="arrow")
-    q = (out.writeStream.format("memory").queryName("arrow_records")
-         .option("checkpointLocation", str(tmp_path / "chk")).outputMode("append").start())
-    try:
-        q.processAllAvailable()
-    finally:
-        q.stop()
-    rows = [r for r in script_spark.sql("select * from arrow_records").collect()
+    rows = [r for r in run_to_end(out, "arrow_records", tmp_path / "chk").collect()
             if r.kind == "record"]
     assert rows and {r.seen for r in rows} == {"RecordBatch"}
     assert {r.types for r in rows} == {"binary/int32/timestamp[ns]"}

@@ -11,21 +11,16 @@ import pytest
 
 from barrier_ops.examples.word_count import keyed_count
 from barrier_ops.testing import make_script, reference_counts, snapshot_values, write_script
+from integration_tests.operator_helpers import run_to_end, script_stream
 from state_backends.filesystem import FilesystemStateBackend
 
 MAXP = 8
 
 
 def run_query(spark, script_path, state_dir, chk_dir, name, **kwargs):
-    df = spark.readStream.format("barrier-ops-script").option("path", script_path).load()
-    out = keyed_count(df, "key", f"file://{state_dir}", max_parallelism=MAXP, **kwargs)
-    q = (out.writeStream.format("memory").queryName(name)
-         .option("checkpointLocation", str(chk_dir)).outputMode("append").start())
-    try:
-        q.processAllAvailable()
-    finally:
-        q.stop()
-    return spark.sql(f"select * from {name}").toPandas()
+    out = keyed_count(script_stream(spark, script_path), "key", f"file://{state_dir}",
+                      max_parallelism=MAXP, **kwargs)
+    return run_to_end(out, name, chk_dir).toPandas()
 
 
 def test_aligned_count_matches_reference(script_spark, tmp_path):
@@ -126,7 +121,7 @@ def test_the_stateful_step_gets_no_list_column(script_spark, tmp_path):
     from barrier_ops.operator import with_key_groups
 
     path = write_script(make_script(3), str(tmp_path / "script.json"))
-    df = script_spark.readStream.format("barrier-ops-script").option("path", path).load()
+    df = script_stream(script_spark, path)
     assert isinstance(df.schema["barrier_channels"].dataType, ArrayType)
     keyed = with_key_groups(df, "key", MAXP)
     assert [f.name for f in keyed.schema.fields if isinstance(f.dataType, ArrayType)] == []

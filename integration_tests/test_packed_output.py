@@ -15,6 +15,7 @@ from barrier_ops.function import KeyedProcessFunction
 from barrier_ops.operator import keyed_process, operator_output_schema
 from barrier_ops.packed_rows import PACKED_ROW_RECORDS
 from barrier_ops.testing import make_script, write_script
+from integration_tests.operator_helpers import run_to_end, script_stream
 
 SCHEMA = ("s string, b binary, flag boolean, tiny tinyint, small smallint, i int, n bigint, "
           "f float, d double")
@@ -49,19 +50,15 @@ class EveryType(KeyedProcessFunction):
 def run(spark, script_path, work, name, fn, schema, monkeypatch, packed: bool):
     if not packed:  # the decision is the driver's, when the plan is built
         monkeypatch.setattr(operator_module, "packable", lambda user: False)
-    df = spark.readStream.format("barrier-ops-script").option("path", script_path).load()
-    out = keyed_process(df, "key", fn, schema, operator_id="types",
-                        state_backend=f"file://{work}/state-{name}", max_parallelism=4)
+    out = keyed_process(script_stream(spark, script_path), "key", fn, schema,
+                        operator_id="types", state_backend=f"file://{work}/state-{name}",
+                        max_parallelism=4)
     plan_schema = out.schema
-    q = (out.writeStream.format("memory").queryName(name)
-         .option("checkpointLocation", str(work / f"chk-{name}")).outputMode("append").start())
     try:
-        q.processAllAvailable()
+        table = run_to_end(out, name, work / f"chk-{name}")
     finally:
-        q.stop()
         monkeypatch.undo()
-    rows = spark.sql(f"select * from {name}").collect()
-    return plan_schema, rows
+    return plan_schema, table.collect()
 
 
 def comparable(rows):
@@ -134,15 +131,9 @@ def test_timestamps_of_packed_rows_equal_unpacked_ones_in_a_session_time_zone_wi
                         "s string, n bigint", monkeypatch, packed=True)
         _, unpacked = run(script_spark, path, tmp_path, "tz_unpacked", LatestPerKey(),
                           "s string, n bigint", monkeypatch, packed=False)
-        q = (script_spark.readStream.format("barrier-ops-script").option("path", path).load()
-             .filter("kind = 'record'").select("timestamp").writeStream.format("memory")
-             .queryName("tz_input").option("checkpointLocation", str(tmp_path / "chk-tz-input"))
-             .start())
-        try:
-            q.processAllAvailable()
-        finally:
-            q.stop()
-        inputs = script_spark.sql("select * from tz_input").collect()
+        records = script_stream(script_spark, path).filter("kind = 'record'")
+        inputs = run_to_end(records.select("timestamp"), "tz_input",
+                            tmp_path / "chk-tz-input").collect()
     finally:
         script_spark.conf.set("spark.sql.session.timeZone", before)
     records_p, control_p = comparable(packed)

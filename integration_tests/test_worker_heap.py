@@ -8,6 +8,7 @@ import gc
 from barrier_ops.function import KeyedProcessFunction
 from barrier_ops.operator import keyed_process
 from barrier_ops.testing import make_script, reference_counts, write_script
+from integration_tests.operator_helpers import run_to_end, script_stream
 
 
 class CountAndHeap(KeyedProcessFunction):
@@ -23,17 +24,10 @@ class CountAndHeap(KeyedProcessFunction):
 def test_the_function_runs_on_a_frozen_heap_and_counts_every_record(script_spark, tmp_path):
     script = make_script(11, partitions=2, records=30, checkpoints=2, batches=3)
     path = write_script(script, str(tmp_path / "script.json"))
-    df = script_spark.readStream.format("barrier-ops-script").option("path", path).load()
-    out = keyed_process(df, "key", CountAndHeap(), "key string, n long, frozen long",
-                        operator_id="heap", state_backend=f"file://{tmp_path}/state",
-                        max_parallelism=4)
-    q = (out.writeStream.format("memory").queryName("heap")
-         .option("checkpointLocation", str(tmp_path / "chk")).outputMode("append").start())
-    try:
-        q.processAllAvailable()
-    finally:
-        q.stop()
-    rows = [r for r in script_spark.sql("select * from heap").collect() if r.kind == "record"]
+    out = keyed_process(script_stream(script_spark, path), "key", CountAndHeap(),
+                        "key string, n long, frozen long", operator_id="heap",
+                        state_backend=f"file://{tmp_path}/state", max_parallelism=4)
+    rows = [r for r in run_to_end(out, "heap", tmp_path / "chk").collect() if r.kind == "record"]
     assert rows and min(r.frozen for r in rows) > 1000
     final = {}
     for r in rows:
