@@ -30,7 +30,8 @@ from barrier_ops.function import KeyedProcessFunction, rows_to_tuples
 from barrier_ops.input_events import KeyRows, build_events, gather, group_by_key
 from barrier_ops.output_rows import OutputRows
 from barrier_ops.options import AT_LEAST_ONCE, RECORDS_ARROW, OperatorOptions
-from barrier_ops.snapshots import IncrementalSnapshots, encode_full, fold, snapshot_parts
+from barrier_ops.snapshots import (IncrementalSnapshots, decode_full_state, encode_full, fold,
+                                   snapshot_parts)
 from barrier_ops.state import KeyedContext, KeyedStateStore
 from barrier_ops.alignment import (BarrierAligner, BarrierTracker, CheckpointAborted,
                                    CheckpointTriggered, Released)
@@ -67,6 +68,7 @@ class KeyGroupRuntime:
         handler_cls = BarrierTracker if opts.mode == AT_LEAST_ONCE else BarrierAligner
         self.handler = handler_cls(name)
         self.store = KeyedStateStore()
+        self._store_blob: Optional[bytes] = None  # the store serialised, None: not (or stale)
         self.epoch: Optional[int] = None          # epoch of output produced now
         self.output_seq = 0                       # next offset on this key group's channel
         self.snapshots_taken = 0
@@ -87,6 +89,7 @@ class KeyGroupRuntime:
         blobs, path = snapshot_parts(backend, prefix, opts.operator_id, self.key_group,
                                      opts.restore_requires_complete)
         snap, self.store = fold(blobs, path, opts.operator_id, opts.max_parallelism)
+        self._store_changes()
         self.output_seq = snap["output_seq"]
         self.handler.start_after(snap["checkpoint_id"])
         self.epoch = snap["checkpoint_id"] + 1
@@ -145,13 +148,36 @@ class KeyGroupRuntime:
             del self._record_types, self._topic
             del self._out, self._backend
 
+    # ------------------------------------------------------------------ GroupState value
     def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+        """The runtime as its ``GroupState`` value: the keyed state travels as ``store_blob``,
+        a full snapshot's bytes (:func:`~barrier_ops.snapshots.encode_full`). When the key group
+        wrote a full snapshot in this batch and nothing changed after it, or when nothing
+        changed since the batch loaded its state, those bytes are reused: the state is
+        serialised once a batch instead of twice (once for the snapshot, once for
+        ``GroupState``), or not at all in a batch that neither changed nor snapshotted the state
+        (acks only, or a barrier still aligning)."""
+        state = {k: v for k, v in self.__dict__.items() if not k.startswith("_") and k != "store"}
+        blob = self.__dict__.get("_store_blob")
+        state["store_blob"] = blob if blob is not None else encode_full({}, self.store)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        blob = state.pop("store_blob", None)
+        self.__dict__.update(state)
+        if blob is not None:   # runtimes pickled before store_blob hold the store itself
+            self.store = decode_full_state(blob)
+        self._store_blob = blob
+
+    def _store_changes(self) -> None:
+        """The keyed state is about to change: its serialised copy is stale."""
+        self._store_blob = None
 
     # ------------------------------------------------------------------ records and timers
     def _process_segment(self, segment: List[Any]) -> None:
         if not segment:
             return
+        self._store_changes()
         rows, keys, bounds = group_by_key(*gather(segment), self._key_col)
         latest = _LatestTimestamp(rows)
         if self._opts.records_format == RECORDS_ARROW:
@@ -177,7 +203,10 @@ class KeyGroupRuntime:
     def _fire_timers(self, timers, up_to_ms: int) -> None:
         if not timers:
             return
-        for ts, key in self.store.due_timers(timers, up_to_ms):
+        due = self.store.due_timers(timers, up_to_ms)
+        if due:
+            self._store_changes()
+        for ts, key in due:
             if self.incremental is not None:
                 self.incremental.touch(key)
             ctx = KeyedContext(self.store, key, self.key_group, self.epoch, self._now_ms)
@@ -209,6 +238,8 @@ class KeyGroupRuntime:
             blob, chain = encode_full(header, self.store), ()
         else:
             blob, chain = incremental.encode(header, self.store)
+        if not chain:
+            self._store_blob = blob   # GroupState reuses it unless the state changes again
         handle = self._backend.write_snapshot(trig.checkpoint_id, opts.operator_id,
                                               self.key_group, blob, chain)
         if incremental is not None:

@@ -40,6 +40,12 @@ def encode_full(header: Dict[str, Any], store: KeyedStateStore) -> bytes:
                         protocol=4)
 
 
+def decode_full_state(blob: bytes) -> KeyedStateStore:
+    """The store a full snapshot's bytes hold (the header is not checked: the runtime's own copy
+    in ``GroupState``, :meth:`~barrier_ops.runtime.KeyGroupRuntime.__getstate__`)."""
+    return KeyedStateStore.from_snapshot(pickle.loads(blob)["state"])
+
+
 def encode_delta(header: Dict[str, Any], store: KeyedStateStore, changed: Iterable[Any],
                  parent: Tuple[str, int]) -> bytes:
     """A delta on the snapshot whose last part is ``parent`` (path, size): the current state

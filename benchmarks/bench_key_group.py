@@ -9,7 +9,10 @@ four input partitions, then a barrier per partition, a checkpoint every batch), 
 pickled state carried from batch to batch as ``GroupState`` carries it, and snapshots written to
 a filesystem backend in a temporary folder. A size ``RxK`` is R records of K keys a key group:
 78x8 is a 10,000-record batch of 997 keys spread over 128 key groups (the default
-``max_parallelism``), 625x62 the same over 16. The table gives the median and best ms per call
+``max_parallelism``), 625x62 the same over 16. ``RxKxS``: each batch's K keys are the next K of S
+keys, so the key group's state grows to S keys (after S/K batches; choose ``--warmup`` to match)
+while a batch touches K of them: 625x625x6250 is a 10,000-record batch of 10,000 distinct keys out
+of 100,000, over 16 key groups. The table gives the median and best ms per call
 after ``--warmup`` calls, for one output row per key (``LatestCount``) and per record
 (``RunningCount``), packed as the operator packs them in a session whose time zone is UTC, with
 each key's records as a pandas frame and as an Arrow record batch (``records_format``).
@@ -26,6 +29,7 @@ import statistics
 import sys
 import tempfile
 import time
+from typing import Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -36,14 +40,20 @@ EPOCH_MS = 1767225600000
 PARTITIONS = 4
 
 
-def key_group_frame(batch: int, records: int, keys: int) -> pd.DataFrame:
+def key_group_frame(batch: int, records: int, keys: int,
+                    state_keys: Optional[int] = None) -> pd.DataFrame:
     """One key group's rows of micro-batch ``batch``: ``records`` records of ``keys`` keys
     spread over four input partitions, then each partition's barrier of checkpoint
-    ``batch + 1`` (dtypes as PySpark's Arrow-to-pandas conversion gives them)."""
+    ``batch + 1`` (dtypes as PySpark's Arrow-to-pandas conversion gives them). With
+    ``state_keys`` the keys are the batch's turn of ``state_keys`` keys, not the same every
+    batch."""
     offsets = batch * records + np.arange(records)
     channels = json.dumps([f"t:{p}" for p in range(PARTITIONS)])
+    first = batch * keys if state_keys else 0
+    span = state_keys or keys
     rows = pd.DataFrame({
-        "key": pd.Series([b"k%d" % (i % keys) for i in range(records)], dtype=object),
+        "key": pd.Series([b"k%d" % ((first + i % keys) % span) for i in range(records)],
+                         dtype=object),
         "value": pd.Series([b"v%07d" % i for i in offsets], dtype=object),
         "topic": ["t"] * records,
         "partition": (np.arange(records) % PARTITIONS).astype("int32"),
@@ -68,7 +78,7 @@ def key_group_frame(batch: int, records: int, keys: int) -> pd.DataFrame:
 
 
 def measure(records: int, keys: int, per_key: bool, batches: int, warmup: int,
-            records_format: str = "pandas"):
+            records_format: str = "pandas", state_keys: Optional[int] = None):
     """Median and best ms of ``run_batch`` for one key group over ``batches`` batches."""
     from barrier_core.schema import source_schema
     from barrier_ops.arrow_records import arrow_record_types
@@ -82,7 +92,7 @@ def measure(records: int, keys: int, per_key: bool, batches: int, warmup: int,
                            records_format=records_format)
     types = arrow_record_types(source_schema()) if records_format == "arrow" else None
     fn = as_keyed_function(LatestCount() if per_key else RunningCount(), None)
-    frames = [key_group_frame(b, records, keys) for b in range(batches)]
+    frames = [key_group_frame(b, records, keys, state_keys) for b in range(batches)]
     blob, times, rows = None, [], 0
     for frame in frames:
         started = time.perf_counter()
@@ -99,21 +109,27 @@ def main() -> int:
     parser.add_argument("--batches", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--sizes", default="78x8,625x62,3125x62",
-                        help="comma-separated RECORDSxKEYS of one key group's batch")
+                        help="comma-separated RECORDSxKEYS[xSTATE] of one key group's batch "
+                             "(STATE: the keys its state holds, default KEYS)")
     args = parser.parse_args()
     if args.batches <= args.warmup:
         parser.error("--batches must be larger than --warmup")
     print(f"one key group's micro-batch in-process (run_batch), {args.batches - args.warmup} "
           f"calls after {args.warmup}; load average {os.getloadavg()[0]:.1f}")
-    print(f"{'records':>8} {'keys':>6} {'output':<11} {'records as':<10} {'median ms':>10} "
-          f"{'best ms':>8} {'out rows':>9}")
+    print(f"{'records':>8} {'keys':>6} {'state':>7} {'output':<11} {'records as':<10} "
+          f"{'median ms':>10} {'best ms':>8} {'out rows':>9}")
     for size in args.sizes.split(","):
-        records, keys = (int(x) for x in size.split("x"))
+        parts = [int(x) for x in size.split("x")]
+        if len(parts) not in (2, 3):
+            parser.error(f"size {size!r}: expected RECORDSxKEYS or RECORDSxKEYSxSTATE")
+        records, keys = parts[:2]
+        state_keys = parts[2] if len(parts) == 3 else None
         for per_key in (True, False):
             for fmt in ("pandas", "arrow"):
                 med, best, rows = measure(records, keys, per_key, args.batches, args.warmup,
-                                          fmt)
-                print(f"{records:>8} {keys:>6} {'per key' if per_key else 'per record':<11} "
+                                          fmt, state_keys)
+                print(f"{records:>8} {keys:>6} {state_keys or keys:>7} "
+                      f"{'per key' if per_key else 'per record':<11} "
                       f"{fmt:<10} {med:>10.2f} {best:>8.2f} {rows:>9}")
     return 0
 
