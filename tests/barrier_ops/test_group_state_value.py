@@ -46,6 +46,16 @@ def group_state_round_trip(rt: KeyGroupRuntime) -> KeyGroupRuntime:
     return load_runtime(pickle.dumps(rt, protocol=4))
 
 
+def after_first_batch(tmp_path, rows, batch_time_ms):
+    """``(opts, fn, runtime)`` of key group 0 after a first batch of ``rows``."""
+    backend = FilesystemStateBackend(str(tmp_path), fsync=False)
+    opts = OperatorOptions("op", backend, 1, restore_requires_complete=False)
+    fn = CountWithTimer()
+    rt = KeyGroupRuntime.create(opts, 0)
+    rt.process_batch(opts, fn, "key", ["word", "count"], script_frame(rows), batch_time_ms)
+    return opts, fn, rt
+
+
 def test_the_group_state_value_holds_the_full_snapshot_it_just_wrote(tmp_path):
     """A batch that ends with a checkpoint serialises the state once: the GroupState value
     carries the snapshot's own bytes, and loads to the same state."""
@@ -66,12 +76,8 @@ def test_the_group_state_value_holds_the_full_snapshot_it_just_wrote(tmp_path):
 def test_state_changed_after_the_last_snapshot_is_not_lost(tmp_path):
     """A processing-time timer fires in a batch whose checkpoint is still aligning (no new
     snapshot): the GroupState value must hold what the timer changed, not the snapshot."""
-    backend = FilesystemStateBackend(str(tmp_path), fsync=False)
-    opts = OperatorOptions("op", backend, 1, restore_requires_complete=False)
-    fn = CountWithTimer()
-    rt = KeyGroupRuntime.create(opts, 0)
     first = [record(0, 0, "a", 1), record(1, 0, "b", 1), barrier(0, 1, 1), barrier(1, 1, 1)]
-    rt.process_batch(opts, fn, "key", ["word", "count"], script_frame(first), 1_000)
+    opts, fn, rt = after_first_batch(tmp_path, first, 1_000)
     rt = group_state_round_trip(rt)
     assert rt.store.get(b"a", "fired") is None
     # batch 2: only channel 0's barrier 2 (alignment waits for channel 1), timers are due
@@ -91,12 +97,8 @@ def test_state_changed_after_the_last_snapshot_is_not_lost(tmp_path):
 def test_a_runtime_pickled_with_its_store_object_still_loads(tmp_path, monkeypatch):
     """GroupState values written before the store travelled as snapshot bytes (a query
     upgraded mid-stream) load, and the next batch carries on from them."""
-    backend = FilesystemStateBackend(str(tmp_path), fsync=False)
-    opts = OperatorOptions("op", backend, 1, restore_requires_complete=False)
-    fn = CountWithTimer()
-    rt = KeyGroupRuntime.create(opts, 0)
     first = [record(0, 0, "a", 1), record(1, 0, "a", 1), barrier(0, 1, 1), barrier(1, 1, 1)]
-    rt.process_batch(opts, fn, "key", ["word", "count"], script_frame(first), 0)
+    opts, fn, rt = after_first_batch(tmp_path, first, 0)
     with monkeypatch.context() as m:
         m.setattr(KeyGroupRuntime, "__getstate__", lambda self: {
             k: v for k, v in self.__dict__.items() if not k.startswith("_")})
