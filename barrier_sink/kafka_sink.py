@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from typing import Dict, Optional
 
+from barrier_core.worker_heap import in_python_worker
 from barrier_sink.committer import SinkCommitter
 from barrier_sink.exceptions import InvalidOptionError
 from barrier_sink.lingering import list_lingering
@@ -97,7 +98,9 @@ class KafkaSinkCommitter(SinkCommitter):
         prefix = self.opts.transactional_id_prefix
         cache: dict = {}
         open_names, batches = None, None
-        for txn in list_lingering(self.opts.kafka, prefix):
+        # the driver commit worker (a PySpark worker living as long as the query) keeps its
+        # admin client from one batch's sweep to the next; elsewhere (tests, tools) none is kept
+        for txn in list_lingering(self.opts.kafka, prefix, reuse_client=in_python_worker()):
             if is_pooled_transactional_id(prefix, txn.transactional_id):
                 # A pooled id names no batch: sweep only when every batch up to the running one
                 # is recorded (the commit of the newest batch), never at a start that may run

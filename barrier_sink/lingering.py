@@ -11,9 +11,10 @@ Runs on the driver or from the command line::
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from barrier_sink.options import is_sink_transactional_id
 from barrier_sink.transaction import fence_and_abort
@@ -42,31 +43,85 @@ def _admin(kafka_config: Dict[str, object]):
     return kafka_client(KafkaAdminClient, client_config(kafka_config, "admin"), "sink")
 
 
-def list_lingering(kafka_config: Dict[str, object], prefix: str) -> List[LingeringTransaction]:
-    """Open transactions of the sink whose transactional-id prefix is ``prefix`` (sorted by id)."""
-    admin = _admin(kafka_config)
+#: The admin client kept for this process's next sweep, by its configuration (one at most).
+_kept: Dict[Tuple, Any] = {}
+_kept_lock = threading.Lock()
+
+
+def _config_key(kafka_config: Dict[str, object]) -> Tuple:
+    """A key for clients of the same configuration (held in memory only, never logged: it holds
+    the configuration's secrets)."""
+    return tuple(sorted((str(k), repr(v)) for k, v in kafka_config.items()))
+
+
+def list_lingering(kafka_config: Dict[str, object], prefix: str,
+                   reuse_client: bool = False) -> List[LingeringTransaction]:
+    """Open transactions of the sink whose transactional-id prefix is ``prefix`` (sorted by id).
+
+    ``reuse_client``: keep the admin client for this process's next call with the same
+    configuration, and use the one kept by the previous call. The driver commit worker sweeps
+    after every batch, and a new client costs a bootstrap connection and a metadata round trip
+    (about 4 ms a batch on a local broker). A kept client that fails is closed and the listing
+    tried once more with a new one, so a broker restart costs one retry, not a failed commit."""
+    if not reuse_client:
+        admin = _admin(kafka_config)
+        try:
+            return _list(admin, prefix)
+        finally:
+            admin.close()
+    key = _config_key(kafka_config)
+    with _kept_lock:
+        admin = _kept.pop(key, None)
+    kept = admin is not None
+    if not kept:
+        admin = _admin(kafka_config)
     try:
-        listing = admin.list_transactions()
-        ids = sorted({t.transactional_id for rows in listing.values() for t in rows
-                      if is_sink_transactional_id(prefix, t.transactional_id)
-                      and str(getattr(t.state, "value", t.state)) in _OPEN_STATES})
-        if not ids:
-            return []
-        now_ms = int(time.time() * 1000)
-        out = []
-        for tid, desc in _describe(admin, ids).items():
-            state = str(getattr(desc.state, "value", desc.state))
-            if state not in _OPEN_STATES:
-                continue
-            start = getattr(desc, "transaction_start_time_ms", -1)
-            parts = [f"{tp.topic}-{tp.partition}" if hasattr(tp, "topic") else str(tp)
-                     for tp in (getattr(desc, "topic_partitions", None) or [])]
-            out.append(LingeringTransaction(tid, desc.producer_id, desc.producer_epoch, state,
-                                            now_ms - start if start and start > 0 else None,
-                                            sorted(parts)))
-        return sorted(out, key=lambda t: t.transactional_id)
-    finally:
+        found = _list(admin, prefix)
+    except Exception as exc:  # noqa: BLE001 - any failure of a kept client: start afresh
+        _close_quietly(admin)
+        if not kept:
+            raise
+        logger.info("sweep of %s: the kept admin client failed (%s); retrying with a new one",
+                    prefix, type(exc).__name__)
+        return list_lingering(kafka_config, prefix, reuse_client=True)
+    # one kept client a process (its sink's): a client of a broker gone for good would go on
+    # retrying in the background
+    with _kept_lock:
+        others = list(_kept.values())
+        _kept.clear()
+        _kept[key] = admin
+    for other in others:
+        _close_quietly(other)
+    return found
+
+
+def _close_quietly(admin) -> None:
+    try:
         admin.close()
+    except Exception:  # noqa: BLE001 - closing a broken client
+        pass
+
+
+def _list(admin, prefix: str) -> List[LingeringTransaction]:
+    listing = admin.list_transactions()
+    ids = sorted({t.transactional_id for rows in listing.values() for t in rows
+                  if is_sink_transactional_id(prefix, t.transactional_id)
+                  and str(getattr(t.state, "value", t.state)) in _OPEN_STATES})
+    if not ids:
+        return []
+    now_ms = int(time.time() * 1000)
+    out = []
+    for tid, desc in _describe(admin, ids).items():
+        state = str(getattr(desc.state, "value", desc.state))
+        if state not in _OPEN_STATES:
+            continue
+        start = getattr(desc, "transaction_start_time_ms", -1)
+        parts = [f"{tp.topic}-{tp.partition}" if hasattr(tp, "topic") else str(tp)
+                 for tp in (getattr(desc, "topic_partitions", None) or [])]
+        out.append(LingeringTransaction(tid, desc.producer_id, desc.producer_epoch, state,
+                                        now_ms - start if start and start > 0 else None,
+                                        sorted(parts)))
+    return sorted(out, key=lambda t: t.transactional_id)
 
 
 def _describe(admin, ids: List[str]) -> Dict[str, object]:

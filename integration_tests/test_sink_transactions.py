@@ -154,3 +154,35 @@ def test_a_record_kafka_refuses_fails_the_pre_commit_and_nothing_is_committed(bo
     assert handle.records == 4
     assert commit_handle(conf, handle) is EndResult.COMMITTED
     assert read_committed(bootstrap, topic) == values
+
+
+def test_the_commit_workers_sweeps_keep_one_admin_client(bootstrap, tmp_topic, monkeypatch):
+    """Issue 15: the driver commit worker sweeps after every batch; it keeps its admin client
+    for the next sweep instead of building one each time, and replaces a kept client that
+    stopped working (a broker restart, a closed connection) without failing the sweep."""
+    import barrier_sink.lingering as lingering
+
+    made = []
+    build = lingering._admin
+    monkeypatch.setattr(lingering, "_admin", lambda config: made.append(1) or build(config))
+    conf = {"bootstrap_servers": bootstrap, "client_id": "sweep-" + uuid.uuid4().hex[:8]}
+    prefix = "sweep-" + uuid.uuid4().hex[:8]
+    handle = precommit_in_child(bootstrap, tmp_topic, f"{prefix}-b1-p0-e1", 1)
+    try:
+        for _ in range(3):
+            found = lingering.list_lingering(conf, prefix, reuse_client=True)
+            assert [t.transactional_id for t in found] == [handle.transactional_id]
+        assert len(made) == 1
+        kept = lingering._kept[lingering._config_key(conf)]
+        kept.close()
+        found = lingering.list_lingering(conf, prefix, reuse_client=True)
+        assert [t.transactional_id for t in found] == [handle.transactional_id]
+        assert len(made) == 2 and lingering._kept[lingering._config_key(conf)] is not kept
+        # the public default builds and closes a client per call, keeping none
+        found = lingering.list_lingering(conf, prefix)
+        assert [t.transactional_id for t in found] == [handle.transactional_id]
+        assert len(made) == 3
+    finally:
+        abort_handle(conf, handle)
+        lingering._close_quietly(lingering._kept.pop(lingering._config_key(conf)))
+    assert lingering.list_lingering(conf, prefix) == []
