@@ -14,9 +14,12 @@ import pickle
 import warnings
 from typing import Callable, Iterable, List, Optional, Tuple
 
+import numpy as np
 import pandas as pd
 from pyspark.sql.types import BinaryType, StructField, StructType
 
+from barrier_ops.exceptions import InvalidOptionError
+from barrier_ops.keygroups import operator_index
 from barrier_ops.options import OperatorOptions
 from barrier_ops.runtime import KeyGroupRuntime
 
@@ -32,6 +35,8 @@ warnings.filterwarnings("ignore", message="The behavior of DataFrame concatenati
 
 #: The key group column ``with_key_groups`` adds (the operator's grouping key).
 KEY_GROUP_COLUMN = "__kg"
+#: With ``parallelism``: the column naming the row's range of key groups (the grouping key).
+RANGE_COLUMN = "__kgr"
 STATE_SCHEMA = StructType([StructField("runtime", BinaryType())])
 
 
@@ -47,8 +52,22 @@ class _RuntimeUnpickler(pickle.Unpickler):
 
 
 def load_runtime(blob: bytes) -> KeyGroupRuntime:
-    """Unpickle a key group's runtime from its state value (executor)."""
-    return _RuntimeUnpickler(io.BytesIO(blob)).load()
+    """Unpickle a key group's runtime from its state value (executor). Raises
+    ``InvalidOptionError`` for the state of a range of key groups (a query started with
+    ``parallelism``)."""
+    runtime = _RuntimeUnpickler(io.BytesIO(blob)).load()
+    if isinstance(runtime, dict):
+        raise InvalidOptionError(_LAYOUT_CHANGED.format(
+            then=f"parallelism={runtime.get('layout', ('?', '?'))[1]}", now="parallelism=None"))
+    return runtime
+
+
+_LAYOUT_CHANGED = (
+    "This query's Spark state was written with {then} and the operator now runs with {now}. "
+    "The operator's parallelism cannot change under a running query (Spark keeps the state by "
+    "the groups it had): restore into a new checkpointLocation instead, with "
+    "keyed_process(..., restore_from=<checkpoint id or savepoint>) and the new parallelism "
+    "(state is snapshotted per key group, so any parallelism restores it).")
 
 
 def run_batch(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: List[str],
@@ -71,3 +90,53 @@ def run_batch(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: L
     out = runtime.process_batch(opts, fn, key_col, user_columns, pdf, batch_time_ms, pack,
                                 time_zone, record_types)
     return out, pickle.dumps(runtime, protocol=4)
+
+
+def run_range(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: List[str],
+              index: int, blob: Optional[bytes], frames: Iterable[pd.DataFrame],
+              batch_time_ms: int, pack: Optional[int] = None,
+              time_zone: Optional[str] = None,
+              record_types: Optional[dict] = None) -> Tuple[pd.DataFrame, bytes]:
+    """:func:`run_batch` for each key group of range ``index`` (``opts.parallelism`` ranges)
+    that has rows in this batch, in key-group order; returns their output rows one key group
+    after another and the range's new state value: each of its key groups' runtime value, as
+    :func:`run_batch` returns it (executor). Spark then calls the operator once per range and
+    batch, not once per key group; every key group keeps its own runtime, barrier alignment,
+    snapshots and output channel, exactly as without ranges."""
+    layout = (opts.max_parallelism, opts.parallelism, index)
+    values: dict = {}
+    if blob is not None:
+        state = pickle.loads(blob)
+        if not isinstance(state, dict) or "key_groups" not in state:
+            raise InvalidOptionError(_LAYOUT_CHANGED.format(
+                then="one Spark group per key group (parallelism=None)",
+                now=f"parallelism={opts.parallelism}"))
+        if tuple(state["layout"]) != layout:
+            then, now = state["layout"], layout
+            raise InvalidOptionError(_LAYOUT_CHANGED.format(
+                then=f"max_parallelism={then[0]}, parallelism={then[1]}",
+                now=f"max_parallelism={now[0]}, parallelism={now[1]}"))
+        values = state["key_groups"]
+    frames = list(frames)
+    pdf = pd.concat(frames, ignore_index=True) if len(frames) != 1 else frames[0]
+    groups = pdf[KEY_GROUP_COLUMN].to_numpy()
+    pdf = pdf.copy(deep=False)
+    del pdf[RANGE_COLUMN]
+    outputs, out = [], None
+    for kg in np.unique(groups).tolist():
+        if operator_index(kg, opts.max_parallelism, opts.parallelism) != index:
+            raise ValueError(f"key group {kg} is not in range {index} of {opts.parallelism} "
+                             f"(max_parallelism {opts.max_parallelism})")
+        rows = pdf.take(np.flatnonzero(groups == kg))
+        rows.index = pd.RangeIndex(len(rows))
+        out, values[kg] = run_batch(opts, fn, key_col, user_columns, kg, values.get(kg), [rows],
+                                    batch_time_ms, pack, time_zone, record_types)
+        if len(out):
+            outputs.append(out)
+    if len(outputs) > 1:
+        with warnings.catch_warnings():   # a key group's control rows hold no user values
+            warnings.simplefilter("ignore", FutureWarning)
+            out = pd.concat(outputs, ignore_index=True)
+    elif outputs:
+        out = outputs[0]   # else the last key group's empty output
+    return out, pickle.dumps({"layout": layout, "key_groups": values}, protocol=4)

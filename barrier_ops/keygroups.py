@@ -10,7 +10,7 @@ number of shuffle partitions, as long as ``max_parallelism`` stays the same.
 from __future__ import annotations
 
 import zlib
-from typing import Any
+from typing import Any, List, Optional
 
 DEFAULT_MAX_PARALLELISM = 128
 
@@ -43,3 +43,47 @@ def key_group_column(col, data_type, max_parallelism: int):
 
     raw = col if isinstance(data_type, BinaryType) else col.cast("string").cast("binary")
     return F.coalesce(F.pmod(F.crc32(raw), F.lit(max_parallelism)).cast("int"), F.lit(0))
+
+
+# ---------------------------------------------------------------------- key-group ranges
+def operator_index(key_group: int, max_parallelism: int, parallelism: int) -> int:
+    """The range of key groups ``key_group`` belongs to with ``parallelism`` ranges: contiguous
+    ranges of about ``max_parallelism / parallelism`` key groups each, as Flink assigns key
+    groups to an operator's subtasks (``keyGroup * parallelism // maxParallelism``)."""
+    return key_group * parallelism // max_parallelism
+
+
+def range_group_keys(parallelism: int) -> List[int]:
+    """The value Spark groups range ``i`` by, for each range ``i``: the smallest integers whose
+    Spark hash partitioning into ``parallelism`` partitions puts range ``i`` in partition
+    ``i``, so with ``spark.sql.shuffle.partitions`` equal to ``parallelism`` every task gets
+    one range (grouping by ``0, 1, ...`` would put ranges 0 and 1 of two in one partition).
+    Depends on ``parallelism`` only, never on the session: it keys the ranges' state."""
+    keys: List[Optional[int]] = [None] * parallelism
+    missing, value = parallelism, 0
+    while missing:
+        slot = spark_hash_int(value) % parallelism
+        if keys[slot] is None:
+            keys[slot] = value
+            missing -= 1
+        value += 1
+    return [int(k) for k in keys]
+
+
+def spark_hash_int(value: int) -> int:
+    """Spark's ``hash()`` of an ``int`` column value (Murmur3 x86 32-bit, seed 42), as a signed
+    32-bit number: what Spark's hash partitioning of a grouping column takes ``pmod`` of."""
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+
+    k1 = (value & 0xFFFFFFFF) * 0xCC9E2D51 & 0xFFFFFFFF
+    k1 = rotl(k1, 15) * 0x1B873593 & 0xFFFFFFFF
+    h1 = rotl(42 ^ k1, 13)
+    h1 = (h1 * 5 + 0xE6546B64) & 0xFFFFFFFF
+    h1 ^= 4
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & 0xFFFFFFFF
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & 0xFFFFFFFF
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1

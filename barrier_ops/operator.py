@@ -34,8 +34,9 @@ from pyspark.sql.types import (ArrayType, IntegerType, LongType, StringType,
 from barrier_ops.arrow_records import arrow_record_types
 from barrier_ops.exceptions import InvalidOptionError
 from barrier_ops.function import as_keyed_function
-from barrier_ops.keygroups import DEFAULT_MAX_PARALLELISM, key_group_column
-from barrier_ops.key_group_state import KEY_GROUP_COLUMN, STATE_SCHEMA, run_batch
+from barrier_ops.keygroups import DEFAULT_MAX_PARALLELISM, key_group_column, range_group_keys
+from barrier_ops.key_group_state import (KEY_GROUP_COLUMN, RANGE_COLUMN, STATE_SCHEMA,
+                                         run_batch, run_range)
 from barrier_ops.options import EXACTLY_ONCE, RECORDS_ARROW, RECORDS_PANDAS, OperatorOptions
 from barrier_ops.output_rows import CONTROL_COLUMNS
 from barrier_ops.packed_rows import PACKED_ROW_RECORDS, packable, packed_schema, unpack
@@ -76,7 +77,8 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
                   on_timer: Optional[Callable] = None, watermark_delay_ms: int = 0,
                   state_backend_options: Optional[dict] = None,
                   incremental_checkpoints: bool = False,
-                  records_format: str = RECORDS_PANDAS) -> DataFrame:
+                  records_format: str = RECORDS_PANDAS,
+                  parallelism: Optional[int] = None) -> DataFrame:
     """Apply ``fn`` per key with keyed state, aligning checkpoint barriers (driver).
 
     Parameters
@@ -119,6 +121,15 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
         the same columns and rows. Handing a key its records costs about 1.6 us as Arrow
         against 7-8 us as pandas, which halves the operator's own time with thousands of keys
         a key group; see "Records as Arrow" in operations.md.
+    parallelism : int, optional
+        Flink's operator parallelism: Spark calls the operator once per batch for each of
+        ``parallelism`` contiguous ranges of key groups instead of once per key group (Spark's
+        fixed cost per call, a few ms, is then paid ``parallelism`` times a batch, not
+        ``max_parallelism`` times). Set it to ``spark.sql.shuffle.partitions``: each task
+        then runs one range. Every key group keeps its own state, alignment, snapshots and
+        output channel, so checkpoints and savepoints restore into any parallelism; Spark's
+        own state is kept per range, so a running query (its ``checkpointLocation``) keeps the
+        parallelism it started with. None (the default): one call per key group.
 
     Returns
     -------
@@ -129,7 +140,7 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
     opts = OperatorOptions(operator_id, state_backend, max_parallelism, mode, restore_from,
                            restore_requires_complete, watermark_delay_ms,
                            dict(state_backend_options or {}), incremental_checkpoints,
-                           records_format)
+                           records_format, parallelism)
     kfn = as_keyed_function(fn, on_timer)
     from pyspark import cloudpickle
 
@@ -150,17 +161,23 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
     keyed = with_key_groups(df, key_col, max_parallelism)
     record_types = (arrow_record_types(keyed.schema, exclude=(KEY_GROUP_COLUMN,))
                     if records_format == RECORDS_ARROW else None)
+    if parallelism is None:
+        group_col, run = KEY_GROUP_COLUMN, run_batch
+    else:
+        keyed = with_ranges(keyed, max_parallelism, parallelism)
+        group_col, run, index_of = RANGE_COLUMN, run_range, range_indexes(parallelism)
 
     def run_key_group(key, pdfs, state):
         freeze_long_lived_objects()
         blob = state.get[0] if state.exists else None
-        out, blob = run_batch(opts, kfn, key_col, user_columns, int(key[0]), blob, pdfs,
-                              state.getCurrentProcessingTimeMs(), pack, time_zone, record_types)
+        group = int(key[0]) if parallelism is None else index_of[int(key[0])]
+        out, blob = run(opts, kfn, key_col, user_columns, group, blob, pdfs,
+                        state.getCurrentProcessingTimeMs(), pack, time_zone, record_types)
         state.update((blob,))
         if len(out):
             yield out
 
-    grouped = keyed.groupBy(KEY_GROUP_COLUMN)
+    grouped = keyed.groupBy(group_col)
     if pack is None:
         return grouped.applyInPandasWithState(run_key_group, out_schema, STATE_SCHEMA, "append",
                                               "NoTimeout")
@@ -168,6 +185,20 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
                                             packed_schema(user_schema, CONTROL_FIELDS),
                                             STATE_SCHEMA, "append", "NoTimeout")
     return unpack(packed, user_schema, CONTROL_FIELDS)
+
+
+def with_ranges(keyed: DataFrame, max_parallelism: int, parallelism: int) -> DataFrame:
+    """``keyed`` plus :data:`RANGE_COLUMN`: the Spark grouping value of the row's range of key
+    groups (:func:`~barrier_ops.keygroups.operator_index`,
+    :func:`~barrier_ops.keygroups.range_group_keys`)."""
+    keys = F.array(*[F.lit(k) for k in range_group_keys(parallelism)])
+    index = F.expr(f"int({KEY_GROUP_COLUMN} * {parallelism} div {max_parallelism})")
+    return keyed.withColumn(RANGE_COLUMN, F.element_at(keys, index + 1))
+
+
+def range_indexes(parallelism: int) -> dict:
+    """Range index of each grouping value :func:`with_ranges` gives (executor)."""
+    return {k: i for i, k in enumerate(range_group_keys(parallelism))}
 
 
 def with_key_groups(df: DataFrame, key_col: str, max_parallelism: int) -> DataFrame:

@@ -38,6 +38,7 @@ class OperatorOptions:
     state_backend_options: Mapping[str, str] = field(default_factory=dict, repr=False)
     incremental_checkpoints: bool = False
     records_format: str = RECORDS_PANDAS
+    parallelism: Optional[int] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.operator_id, str) or not _OPERATOR_ID.match(self.operator_id):
@@ -61,6 +62,13 @@ class OperatorOptions:
         if not isinstance(self.incremental_checkpoints, bool):
             raise InvalidOptionError(f"incremental_checkpoints must be True or False, got "
                                      f"{self.incremental_checkpoints!r}")
+        if self.parallelism is not None and (
+                isinstance(self.parallelism, bool) or not isinstance(self.parallelism, int)
+                or not 1 <= self.parallelism <= self.max_parallelism):
+            raise InvalidOptionError(
+                f"parallelism must be None (one Spark group per key group) or an int in [1, "
+                f"max_parallelism={self.max_parallelism}], got {self.parallelism!r}; set it to "
+                "spark.sql.shuffle.partitions")
         if self.records_format not in RECORDS_FORMATS:
             raise InvalidOptionError(
                 f"records_format must be 'pandas' (each key's records as a pandas DataFrame) or "

@@ -53,7 +53,12 @@ LEAN_VARIANTS = ("eo per-key lean", "eo per-record lean")
 #: key's records reach the function as a pyarrow RecordBatch; both functions only take its
 #: length, so the function is the same).
 ARROW_VARIANTS = ("eo per-key arrow", "eo per-record arrow")
-EXTRA_VARIANTS = LEAN_VARIANTS + ARROW_VARIANTS
+#: ... and these: Arrow records with ``keyed_process(..., parallelism=P)``, Spark calling the
+#: operator once per range of key groups (P: ``--parallelism``, else the shuffle partitions).
+RANGE_VARIANTS = ("eo per-key arrow ranges", "eo per-record arrow ranges")
+EXTRA_VARIANTS = LEAN_VARIANTS + ARROW_VARIANTS + RANGE_VARIANTS
+#: The shuffle partitions of every pipeline (Spark's session setting).
+SHUFFLE_PARTITIONS = 2
 LEAN_COLUMNS = ("key", "topic", "partition", "offset", "timestamp", "kind", "checkpoint_id",
                 "checkpoint_timestamp", "barrier_channels")
 
@@ -128,7 +133,8 @@ def start_native(spark, bootstrap, src, out, work, batch, trigger_s=None):
 
 def start_exactly_once(spark, bootstrap, src, out, work, batch, per_key: bool, trigger_s=None,
                        lean: bool = False, max_parallelism: int = 16,
-                       max_partitions: int = 0, records_format: str = "pandas"):
+                       max_partitions: int = 0, records_format: str = "pandas",
+                       parallelism=None):
     from barrier_ops.examples.running_count import OUTPUT_SCHEMA, RunningCount
     from barrier_ops.operator import keyed_process
 
@@ -146,7 +152,7 @@ def start_exactly_once(spark, bootstrap, src, out, work, batch, per_key: bool, t
     fn = LatestCount() if per_key else RunningCount()
     counted = keyed_process(df, "key", fn, OUTPUT_SCHEMA, operator_id="count",
                             state_backend=storage, max_parallelism=max_parallelism,
-                            records_format=records_format)
+                            records_format=records_format, parallelism=parallelism)
     return _with_trigger(counted.writeStream.format("barrier-kafka")
                          .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
                          .option("checkpoint.storage", storage)
@@ -238,20 +244,22 @@ def state_store_ms(progress) -> dict:
 
 
 def one_run(spark, variant, bootstrap, src, records, keys, batch, max_parallelism=16,
-            max_partitions=0):
+            max_partitions=0, parallelism=None):
     out = make_topic(bootstrap, 2)
     work = tempfile.mkdtemp(prefix="bench-pipe-")
     t0 = time.monotonic()
     if variant == "native":
         query = start_native(spark, bootstrap, src, out, work, batch)
     else:
+        words = variant.split()
+        ranges = "ranges" in words
         query = start_exactly_once(spark, bootstrap, src, out, work, batch,
                                    per_key=variant.startswith("eo per-key"),
-                                   lean=variant.endswith(" lean"),
-                                   max_parallelism=max_parallelism,
+                                   lean="lean" in words, max_parallelism=max_parallelism,
                                    max_partitions=max_partitions,
-                                   records_format=("arrow" if variant.endswith(" arrow")
-                                                   else "pandas"))
+                                   records_format="arrow" if "arrow" in words else "pandas",
+                                   parallelism=(parallelism or SHUFFLE_PARTITIONS) if ranges
+                                   else None)
     try:
         done = wait_for_final_counts(bootstrap, out, final_counts(records, keys), 1800)
         seconds = time.monotonic() - t0
@@ -276,6 +284,10 @@ def main() -> int:
     parser.add_argument("--max-parallelism", type=int, default=16,
                         help="key groups of the exactly-once pipelines' operator (the library's "
                              "default is 128; every key group costs a fixed amount per batch)")
+    parser.add_argument("--parallelism", type=int, default=0,
+                        help="the operator's parallelism in the '... ranges' variants (ranges "
+                             "of key groups Spark calls it for; 0: the shuffle partitions, "
+                             f"{SHUFFLE_PARTITIONS})")
     parser.add_argument("--max-partitions", type=int, default=-1,
                         help="the barrier-kafka source's maxPartitions (tasks reading a batch); "
                              "-1: the session's cores (defaultParallelism), 0: unset (one task "
@@ -289,7 +301,7 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown variants {unknown}; choose from {VARIANTS + EXTRA_VARIANTS}")
 
-    spark = spark_with_kafka_connector("bench-pipeline", shuffle_partitions=2)
+    spark = spark_with_kafka_connector("bench-pipeline", shuffle_partitions=SHUFFLE_PARTITIONS)
     max_partitions = (spark.sparkContext.defaultParallelism if args.max_partitions < 0
                       else args.max_partitions)
     table, attribution = [], {}
@@ -302,7 +314,8 @@ def main() -> int:
             for round_no in range(warmup + args.rounds):
                 for v in variants:
                     seconds, phases = one_run(spark, v, bootstrap, src, args.records, keys,
-                                              batch, args.max_parallelism, max_partitions)
+                                              batch, args.max_parallelism, max_partitions,
+                                              args.parallelism or None)
                     if round_no < warmup:
                         print(f"keys {keys} batch {batch} {v}: {seconds:.1f}s (warm-up)",
                               flush=True)
@@ -318,7 +331,9 @@ def main() -> int:
                               base / med if base else float("nan")))
     print(f"\n{args.records} records, 4 input partitions, read_committed until every key's "
           f"final count is visible; {args.rounds} alternated rounds after a warm-up; "
-          f"{args.max_parallelism} key groups; barrier-kafka maxPartitions "
+          f"{args.max_parallelism} key groups ('ranges': in "
+          f"{args.parallelism or SHUFFLE_PARTITIONS}); "
+          "barrier-kafka maxPartitions "
           f"{max_partitions or 'unset'}; "
           f"load average {os.getloadavg()[0]:.1f}")
     print(f"{'keys':>7} {'batch':>7} {'pipeline':<18} {'best rec/s':>11} {'median rec/s':>13} "
