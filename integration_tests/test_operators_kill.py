@@ -6,7 +6,11 @@ batch 1 every key group holds t:0's records 20-24 back in Spark's GroupState. Th
 batch 2 after some key groups already wrote snapshot 2 and before Spark committed the batch; the
 restarted job replays batch 2 from the held-back state.
 
-Run as a script, this file is the job: ``python test_operators_kill.py <workdir> [pause]``.
+With ``parallelism`` 2 Spark runs the four key groups as two ranges (issue 15): a range's key
+groups run one after another in one call, and the kill lands inside such a call.
+
+Run as a script, this file is the job:
+``python test_operators_kill.py <workdir> [pause] [parallelism=<n>]``.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import signal
 import subprocess
 import sys
 import time
+
+import pytest
 
 MAXP = 4
 OP = "kill-count"
@@ -48,7 +54,7 @@ def build_script() -> dict:
 
 
 # ---------------------------------------------------------------------- the job (subprocess)
-def job(workdir: str, pause: bool) -> None:
+def job(workdir: str, pause: bool, parallelism=None) -> None:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from kafka_harness.spark import build_spark
 
@@ -74,7 +80,8 @@ def job(workdir: str, pause: bool) -> None:
           .option("path", os.path.join(workdir, "script.json"))
           .option("release_path", os.path.join(workdir, "release")).load())
     out = keyed_process(df, "key", count, "word string, count long", operator_id=OP,
-                        state_backend=f"file://{workdir}/state", max_parallelism=MAXP)
+                        state_backend=f"file://{workdir}/state", max_parallelism=MAXP,
+                        parallelism=parallelism)
     q = (out.writeStream.format("parquet").option("path", os.path.join(workdir, "out"))
          .option("checkpointLocation", os.path.join(workdir, "chk")).outputMode("append")
          .trigger(processingTime="200 milliseconds").start())
@@ -107,8 +114,9 @@ def _release(workdir, batches: int) -> None:
     os.replace(tmp, os.path.join(workdir, "release"))
 
 
-def _start(workdir, pause: bool):
+def _start(workdir, pause: bool, parallelism=None):
     args = [sys.executable, os.path.abspath(__file__), str(workdir)] + (["pause"] if pause else [])
+    args += [f"parallelism={parallelism}"] if parallelism else []
     log = open(os.path.join(workdir, f"job-{'pause' if pause else 'resume'}.log"), "w")
     return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -140,14 +148,15 @@ def _committed_output(path):
     return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
 
 
-def test_kill_mid_alignment_and_restart_gives_same_snapshots(tmp_path):
+@pytest.mark.parametrize("parallelism", [None, 2])
+def test_kill_mid_alignment_and_restart_gives_same_snapshots(tmp_path, parallelism):
     from barrier_ops.testing import snapshot_values, write_script
     from state_backends.filesystem import FilesystemStateBackend
 
     script = build_script()
     write_script(script, str(tmp_path / "script.json"))
     _release(tmp_path, 2)
-    proc = _start(tmp_path, pause=True)
+    proc = _start(tmp_path, pause=True, parallelism=parallelism)
     try:
         _await(lambda: (tmp_path / "chk" / "commits" / "1").exists(), "batch 1 committed", proc)
         _release(tmp_path, 3)
@@ -162,7 +171,7 @@ def test_kill_mid_alignment_and_restart_gives_same_snapshots(tmp_path):
         proc.wait()
     (tmp_path / "paused").unlink()
 
-    proc = _start(tmp_path, pause=False)
+    proc = _start(tmp_path, pause=False, parallelism=parallelism)
     try:
         assert proc.wait(timeout=300) == 0, (tmp_path / "job-resume.log").read_text()[-3000:]
     finally:
@@ -192,4 +201,6 @@ def test_kill_mid_alignment_and_restart_gives_same_snapshots(tmp_path):
 
 
 if __name__ == "__main__":
-    job(sys.argv[1], len(sys.argv) > 2 and sys.argv[2] == "pause")
+    flags = sys.argv[2:]
+    ranges = [int(f.split("=", 1)[1]) for f in flags if f.startswith("parallelism=")]
+    job(sys.argv[1], "pause" in flags, ranges[0] if ranges else None)

@@ -57,8 +57,8 @@ def key_group_frames(batch):
 def test_a_range_runs_each_key_group_as_it_runs_alone(seed, tmp_path):
     script = make_script(seed, partitions=3, records=40, checkpoints=3, batches=4,
                          keys="abcdefghij")
-    alone_backend = FilesystemStateBackend(str(tmp_path / "alone"), fsync=False)
-    ranged_backend = FilesystemStateBackend(str(tmp_path / "ranged"), fsync=False)
+    alone_backend, ranged_backend = (FilesystemStateBackend(str(tmp_path / name), fsync=False)
+                                     for name in ("alone", "ranged"))
     alone = OperatorOptions("count", alone_backend, MAXP)
     ranged = OperatorOptions("count", ranged_backend, MAXP, parallelism=3)
     blobs, range_blobs, alone_out, ranged_out = {}, {}, [], []
