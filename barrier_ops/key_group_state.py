@@ -19,6 +19,7 @@ import pandas as pd
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from barrier_ops.exceptions import InvalidOptionError
+from barrier_ops.input_events import RowSlice
 from barrier_ops.keygroups import operator_index
 from barrier_ops.options import OperatorOptions
 from barrier_ops.runtime import KeyGroupRuntime
@@ -70,6 +71,15 @@ _LAYOUT_CHANGED = (
     "(state is snapshotted per key group, so any parallelism restores it).")
 
 
+def _batch_frame(frames: Iterable[pd.DataFrame], drop: str) -> pd.DataFrame:
+    """The batch's frames as one frame without column ``drop``."""
+    frames = list(frames)
+    pdf = pd.concat(frames, ignore_index=True) if len(frames) != 1 else frames[0]
+    pdf = pdf.copy(deep=False)  # a new frame sharing the columns: ``del`` copies none of them,
+    del pdf[drop]               # where ``DataFrame.drop`` copied every column of the batch
+    return pdf
+
+
 def run_batch(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: List[str],
               key_group: int, blob: Optional[bytes], frames: Iterable[pd.DataFrame],
               batch_time_ms: int, pack: Optional[int] = None,
@@ -83,10 +93,7 @@ def run_batch(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: L
     ``record_types``: the Arrow types of the records' columns when ``opts.records_format`` is
     "arrow" (:func:`~barrier_ops.arrow_records.arrow_record_types`)."""
     runtime = load_runtime(blob) if blob is not None else KeyGroupRuntime.create(opts, key_group)
-    frames = list(frames)
-    pdf = pd.concat(frames, ignore_index=True) if len(frames) != 1 else frames[0]
-    pdf = pdf.copy(deep=False)  # a new frame sharing the columns: ``del`` copies none of them,
-    del pdf[KEY_GROUP_COLUMN]   # where ``drop`` copied every column of the batch
+    pdf = _batch_frame(frames, KEY_GROUP_COLUMN)
     out = runtime.process_batch(opts, fn, key_col, user_columns, pdf, batch_time_ms, pack,
                                 time_zone, record_types)
     return out, pickle.dumps(runtime, protocol=4)
@@ -117,18 +124,14 @@ def run_range(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: L
                 then=f"max_parallelism={then[0]}, parallelism={then[1]}",
                 now=f"max_parallelism={now[0]}, parallelism={now[1]}"))
         values = state["key_groups"]
-    frames = list(frames)
-    pdf = pd.concat(frames, ignore_index=True) if len(frames) != 1 else frames[0]
+    pdf = _batch_frame(frames, RANGE_COLUMN)
     groups = pdf[KEY_GROUP_COLUMN].to_numpy()
-    pdf = pdf.copy(deep=False)
-    del pdf[RANGE_COLUMN]
     outputs, out = [], None
     for kg in np.unique(groups).tolist():
         if operator_index(kg, opts.max_parallelism, opts.parallelism) != index:
             raise ValueError(f"key group {kg} is not in range {index} of {opts.parallelism} "
                              f"(max_parallelism {opts.max_parallelism})")
-        rows = pdf.take(np.flatnonzero(groups == kg))
-        rows.index = pd.RangeIndex(len(rows))
+        rows = RowSlice(pdf, np.flatnonzero(groups == kg)).rows()
         out, values[kg] = run_batch(opts, fn, key_col, user_columns, kg, values.get(kg), [rows],
                                     batch_time_ms, pack, time_zone, record_types)
         if len(out):
