@@ -27,6 +27,7 @@ from barrier_ops.operator import keyed_process
 from barrier_sink.options import normalize_location
 from integration_tests.pipeline_support import assert_no_open_transactions
 from integration_tests.sink_support import end_offsets, read_committed_topic
+from integration_tests.source_helpers import wait_for
 from state_backends.filesystem import FilesystemStateBackend
 from state_backends.stats import COMPLETED, load_all_stats
 
@@ -88,6 +89,16 @@ def test_a_busy_partition_does_not_starve_an_owed_barrier(spark, bootstrap, topi
         feeder.join()
         producer.flush()
         query.processAllAvailable()
+        # processAllAvailable returns once the source has read everything; the records after
+        # the last barrier are committed by the checkpoint that seals them (idle-seal-after),
+        # which completes when the group reaches the end
+        ends = end_offsets(bootstrap, topic)
+
+        def tail_committed():
+            assert query.exception() is None, query.exception()
+            return _group_offsets(bootstrap, group, topic) == ends
+
+        wait_for(tail_committed, timeout_s=60)
     finally:
         stop.set()
         query.stop()
