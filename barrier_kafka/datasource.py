@@ -14,8 +14,6 @@ from pyspark.sql.datasource import DataSource
 
 from barrier_core.schema import source_schema
 from barrier_core.worker_heap import freeze_in_python_worker
-from barrier_sink.file_sink import FileTwoPhaseCommitWriter
-from barrier_sink.kafka_sink import KafkaTwoPhaseCommitWriter
 from barrier_source.options import SourceOptions
 from barrier_source.reader import BarrierKafkaStreamReader
 
@@ -39,7 +37,11 @@ class BarrierKafkaDataSource(DataSource):
     def streamWriter(self, schema, overwrite):
         """The exactly-once Kafka sink (driver). Spark calls this before every batch's tasks and
         in the commit worker; the first call in a process finishes interrupted commits, then
-        freezes that Python worker's heap (:func:`_writer_ready`)."""
+        freezes that Python worker's heap (:func:`_writer_ready`). Imported here, not with
+        the module: the source's planner worker, a fresh Python process PySpark starts before
+        a query's first trigger, then loads only the source."""
+        from barrier_sink.kafka_sink import KafkaTwoPhaseCommitWriter
+
         return _writer_ready(KafkaTwoPhaseCommitWriter(self.options, schema))
 
 
@@ -54,6 +56,8 @@ class BarrierFilesDataSource(DataSource):
     def streamWriter(self, schema, overwrite):
         """The exactly-once Parquet writer (driver: before each batch's tasks and in the commit
         worker; the first call in a process finishes interrupted commits, as for Kafka)."""
+        from barrier_sink.file_sink import FileTwoPhaseCommitWriter
+
         return _writer_ready(FileTwoPhaseCommitWriter(self.options, schema))
 
 
