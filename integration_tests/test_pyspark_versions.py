@@ -22,7 +22,7 @@ import sys
 import pytest
 
 from integration_tests.pipeline_support import assert_killed_mid_commit_then_exactly_once
-from kafka_harness.pyspark_versions import COMPAT_VERSIONS, environment_python
+from kafka_harness.pyspark_versions import COMPAT_VERSIONS, environment_python, pytest_summary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMPAT_SELECTION = [
@@ -70,7 +70,7 @@ def test_compatibility_suite_on_older_pyspark(version, bootstrap, tmp_path):
                               cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                               timeout=CHILD_TIMEOUT_S)
     text = log.read_text()
-    summary = text.strip().splitlines()[-1] if text.strip() else "(no output)"
+    summary = pytest_summary(text)
     print(f"PySpark {version}: {summary}", file=sys.stderr)
     assert done.returncode == 0, f"PySpark {version}: {summary}; see {log}"
     assert " passed" in summary and " failed" not in summary, summary

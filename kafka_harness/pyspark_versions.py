@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -68,3 +69,16 @@ def _run(cmd, version: str) -> None:
 if __name__ == "__main__":
     for v in sys.argv[1:] or COMPAT_VERSIONS:
         print(v, environment_python(v))
+
+
+_SUMMARY = re.compile(r"\b\d+ (passed|failed|errors?)\b.* in [\d.]+s\b")
+
+
+def pytest_summary(output: str) -> str:
+    """The last pytest summary line (``870 passed, 1 skipped in 286.67s``) of a child run's
+    output, or ``(no summary)``. Spark's JVM threads can print after pytest's last line (a state
+    store maintenance warning with its stack trace at shutdown), so it is not the last line."""
+    for line in reversed(output.splitlines()):
+        if _SUMMARY.search(line):
+            return line.strip().strip("=").strip()
+    return "(no summary)"
