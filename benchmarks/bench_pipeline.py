@@ -262,7 +262,7 @@ def run_split(progress, started_s: float, visible_s: float) -> dict:
         return stamp.replace(tzinfo=timezone.utc).timestamp()
 
     ran = [p for p in progress if p.get("numInputRows", 0) > 0]
-    if not progress or not ran:
+    if not ran:
         return {}
     last_end = at(ran[-1]) + ran[-1]["durationMs"].get("triggerExecution", 0) / 1000
     return {"start": at(progress[0]) - started_s,

@@ -66,11 +66,6 @@ def _run(cmd, version: str) -> None:
                                     f"({' '.join(cmd)}): {(done.stdout + done.stderr)[-3000:]}")
 
 
-if __name__ == "__main__":
-    for v in sys.argv[1:] or COMPAT_VERSIONS:
-        print(v, environment_python(v))
-
-
 _SUMMARY = re.compile(r"\b\d+ (passed|failed|errors?)\b.* in [\d.]+s\b")
 
 
@@ -82,3 +77,8 @@ def pytest_summary(output: str) -> str:
         if _SUMMARY.search(line):
             return line.strip().strip("=").strip()
     return "(no summary)"
+
+
+if __name__ == "__main__":
+    for v in sys.argv[1:] or COMPAT_VERSIONS:
+        print(v, environment_python(v))
