@@ -29,19 +29,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.bench_pipeline import VARIANTS, start_exactly_once, start_native  # noqa: E402
 from benchmarks.bench_sink import KEYS, make_topic, produce  # noqa: E402
 from benchmarks.bench_source import spark_with_kafka_connector  # noqa: E402
+from benchmarks.visibility import committed_reader  # noqa: E402
 
 
 def read_counts(bootstrap, topic, expected_last: dict, timeout_s, arrivals: dict) -> None:
     """Read ``topic`` with read_committed until every key reached its last count, keeping the
     first time each ``(key, count)`` was read in ``arrivals``."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
-                             enable_auto_commit=False, fetch_max_wait_ms=20)
-    try:
-        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
-        consumer.assign(parts)
-        consumer.seek_to_beginning(*parts)
+    with committed_reader(bootstrap, topic, fetch_max_wait_ms=20) as consumer:
         missing, deadline = dict(expected_last), time.monotonic() + timeout_s
         while missing and time.monotonic() < deadline:
             for msgs in consumer.poll(timeout_ms=50, max_records=50_000).values():
@@ -51,8 +45,6 @@ def read_counts(bootstrap, topic, expected_last: dict, timeout_s, arrivals: dict
                     arrivals.setdefault((key, int(count)), now)
                     if missing.get(key) == int(count):
                         del missing[key]
-    finally:
-        consumer.close()
 
 
 def input_latencies(sent: dict, arrivals: dict) -> list:

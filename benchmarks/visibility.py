@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 from typing import Dict, List, Optional, Tuple
 
 
@@ -88,20 +89,30 @@ def first_time_past(entries: List[Tuple[float, Dict[int, int]]],
     return None
 
 
+@contextmanager
+def committed_reader(bootstrap: str, topic: str, fetch_max_wait_ms: int = 50):
+    """A ``read_committed`` consumer assigned every partition of ``topic`` from its beginning,
+    closed on exit."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                             enable_auto_commit=False, fetch_max_wait_ms=fetch_max_wait_ms)
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        yield consumer
+    finally:
+        consumer.close()
+
+
 def final_count_offsets(bootstrap: str, topic: str, expected: Dict[str, int],
                         timeout_s: float) -> Optional[Dict[int, int]]:
     """Reads ``topic`` (values ``<key>:<count>``) with a ``read_committed`` consumer until the
     count ``expected[key]`` of every key was seen; returns, per partition, the highest offset of
     the first record showing a key's expected count, or None if some key's never showed within
     ``timeout_s``."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
-                             enable_auto_commit=False, fetch_max_wait_ms=50)
-    try:
-        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
-        consumer.assign(parts)
-        consumer.seek_to_beginning(*parts)
+    with committed_reader(bootstrap, topic) as consumer:
         missing, last = dict(expected), {}
         deadline = time.monotonic() + timeout_s
         while missing and time.monotonic() < deadline:
@@ -112,5 +123,3 @@ def final_count_offsets(bootstrap: str, topic: str, expected: Dict[str, int],
                         del missing[key]
                         last[tp.partition] = max(last.get(tp.partition, -1), m.offset)
         return None if missing else last
-    finally:
-        consumer.close()
