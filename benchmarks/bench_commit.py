@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import pickle
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -55,7 +56,9 @@ def one_round(bootstrap: str, topic: str, tasks: int, parallelism: int) -> float
     committer.COMMIT_PARALLELISM = parallelism
     started = time.perf_counter()
     committer.on_batch_committed(0, messages)
-    return time.perf_counter() - started
+    elapsed = time.perf_counter() - started
+    shutil.rmtree(workdir, ignore_errors=True)
+    return elapsed
 
 
 def main() -> int:

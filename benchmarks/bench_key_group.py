@@ -88,18 +88,18 @@ def measure(records: int, keys: int, per_key: bool, batches: int, warmup: int,
     from barrier_ops.options import OperatorOptions
     from benchmarks.bench_pipeline import LatestCount
 
-    opts = OperatorOptions("count", "file://" + tempfile.mkdtemp(prefix="bench-kg-"), 16,
-                           records_format=records_format)
     types = arrow_record_types(source_schema()) if records_format == "arrow" else None
     fn = as_keyed_function(LatestCount() if per_key else RunningCount(), None)
     frames = [key_group_frame(b, records, keys, state_keys) for b in range(batches)]
     blob, times, rows = None, [], 0
-    for frame in frames:
-        started = time.perf_counter()
-        out, blob = run_batch(opts, fn, "key", ["key", "value"], 3, blob, [frame], 0, 32,
-                              "UTC", types)
-        times.append((time.perf_counter() - started) * 1000)
-        rows = len(out)
+    with tempfile.TemporaryDirectory(prefix="bench-kg-") as snapshots:
+        opts = OperatorOptions("count", "file://" + snapshots, 16, records_format=records_format)
+        for frame in frames:
+            started = time.perf_counter()
+            out, blob = run_batch(opts, fn, "key", ["key", "value"], 3, blob, [frame], 0, 32,
+                                  "UTC", types)
+            times.append((time.perf_counter() - started) * 1000)
+            rows = len(out)
     kept = times[warmup:]
     return statistics.median(kept), min(kept), rows
 

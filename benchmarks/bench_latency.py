@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -109,6 +110,7 @@ def one_run(spark, variant, bootstrap, trigger_s, rate, seconds):
         reader.join()
     finally:
         query.stop()
+        shutil.rmtree(work, ignore_errors=True)
     return input_latencies(sent, arrivals), n
 
 

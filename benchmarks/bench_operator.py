@@ -16,6 +16,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -130,6 +131,7 @@ def run(spark, build, opts, name):
     wall = time.perf_counter() - start
     progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
     q.stop()
+    shutil.rmtree(chk, ignore_errors=True)
     return wall, progress, collected, durations
 
 
@@ -204,6 +206,7 @@ def main(argv=None):
     plain_p50, keyed_p50 = rows[0][2], rows[1][2]
     print(f"\nadded latency per micro-batch (keyed - plain, p50): {keyed_p50 - plain_p50:.0f} ms; "
           f"throughput ratio keyed/plain: {rows[1][1] / rows[0][1]:.2f}")
+    shutil.rmtree(state, ignore_errors=True)
     spark.stop()
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -103,6 +104,7 @@ def throughput(spark, variant, bootstrap, src, records):
         got = count_visible(bootstrap, out, records, timeout_s=900)
     finally:
         query.stop()
+        shutil.rmtree(work, ignore_errors=True)
     elapsed = time.monotonic() - t0
     if got < records:
         raise RuntimeError(f"{variant}: only {got}/{records} outputs visible")
@@ -121,6 +123,7 @@ def latency(spark, variant, bootstrap, trigger_s, rate, seconds):
     sent = produce(bootstrap, src, n, rate=rate)
     reader.join()
     query.stop()
+    shutil.rmtree(work, ignore_errors=True)
     per_key = {}
     lat = []
     for i in range(n):  # input i is the (i // KEYS + 1)-th record of key k<i % KEYS>
