@@ -364,7 +364,8 @@ def main() -> int:
                               base_running / statistics.median(running[v]) if base_running
                               else float("nan")))
     print(f"\n{args.records} records, 4 input partitions, read_committed until every key's "
-          f"final count is visible; {args.rounds} alternated rounds after a warm-up; "
+          f"final count is visible; {args.rounds} alternated rounds after "
+          f"{args.warmup} warm-up round(s); "
           f"{args.max_parallelism} key groups ('ranges': in "
           f"{args.parallelism or SHUFFLE_PARTITIONS}); "
           "barrier-kafka maxPartitions "
