@@ -20,12 +20,12 @@ unless ``--max-partitions`` says otherwise):
   RecordBatch, same functions).
 
 Every output value is ``<key>:<count>``. A run ends when the final count of every key is
-visible to a ``read_committed`` consumer of the output (for the 2PC sink: when the checkpoint holding the
-last input completed and its transactions committed). That moment is taken from the topic's
-last stable offsets, polled every 20 ms during the run (:mod:`benchmarks.visibility`), and the
-output is read only after the run: reading it during the run would charge a pipeline that emits a
-row per record for its checker's CPU on the same two cores. Throughput = input records / seconds from
-query start to that moment. After one uncounted warm-up round, variants alternate within each
+visible to a ``read_committed`` consumer of the output (for the 2PC sink: when the checkpoint
+holding the last input completed and its transactions committed). That moment is taken from
+the topic's last stable offsets, polled every 20 ms during the run
+(:mod:`benchmarks.visibility`), and the output is read only after the run: reading it during the
+run would charge a pipeline that emits a row per record for its checker's CPU on the same two
+cores. Throughput = input records / seconds from query start to that moment. After one uncounted warm-up round, variants alternate within each
 round (A B C A B C ...); the table prints the best and the median per variant and the ratio of
 medians to ``native``, for the whole run and, as ``after start``, for the same runs counted from
 their first trigger: a query's start is a fixed cost per query (for a Python data source PySpark

@@ -30,6 +30,7 @@ import uuid
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.bench_source import spark_with_kafka_connector  # noqa: E402
+from benchmarks.visibility import committed_reader  # noqa: E402
 
 KEYS = 997
 
@@ -68,22 +69,15 @@ def produce(bootstrap, topic, records, rate=None, start_index=0):
 
 def count_visible(bootstrap, topic, expected, timeout_s, arrivals=None):
     """Consume with read_committed until ``expected`` records arrived; records arrival times."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
-                             enable_auto_commit=False, fetch_max_wait_ms=50)
-    parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
-    consumer.assign(parts)
-    consumer.seek_to_beginning(*parts)
-    got, deadline = 0, time.monotonic() + timeout_s
-    while got < expected and time.monotonic() < deadline:
-        for msgs in consumer.poll(timeout_ms=100, max_records=50_000).values():
-            now = time.monotonic()
-            got += len(msgs)
-            if arrivals is not None:
-                for m in msgs:
-                    arrivals[m.value] = now
-    consumer.close()
+    with committed_reader(bootstrap, topic) as consumer:
+        got, deadline = 0, time.monotonic() + timeout_s
+        while got < expected and time.monotonic() < deadline:
+            for msgs in consumer.poll(timeout_ms=100, max_records=50_000).values():
+                now = time.monotonic()
+                got += len(msgs)
+                if arrivals is not None:
+                    for m in msgs:
+                        arrivals[m.value] = now
     return got
 
 

@@ -38,12 +38,7 @@ class StableOffsetLog:
         self._error: Optional[BaseException] = None
 
     def start(self) -> "StableOffsetLog":
-        from kafka import KafkaConsumer, TopicPartition
-
-        consumer = KafkaConsumer(bootstrap_servers=self._bootstrap,
-                                 isolation_level="read_committed", enable_auto_commit=False)
-        parts = [TopicPartition(self._topic, p)
-                 for p in sorted(consumer.partitions_for_topic(self._topic))]
+        consumer, parts = _read_committed_consumer(self._bootstrap, self._topic)
         self._thread = threading.Thread(target=self._poll, args=(consumer, parts),
                                         name=f"stable-offsets-{self._topic}", daemon=True)
         self._thread.start()
@@ -89,16 +84,28 @@ def first_time_past(entries: List[Tuple[float, Dict[int, int]]],
     return None
 
 
+def _read_committed_consumer(bootstrap: str, topic: str, **config):
+    """A ``read_committed`` consumer (no group commits) and every partition of ``topic``, in
+    order; the consumer is closed if the partitions cannot be listed."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                             enable_auto_commit=False, **config)
+    try:
+        return consumer, [TopicPartition(topic, p)
+                          for p in sorted(consumer.partitions_for_topic(topic))]
+    except BaseException:
+        consumer.close()
+        raise
+
+
 @contextmanager
 def committed_reader(bootstrap: str, topic: str, fetch_max_wait_ms: int = 50):
     """A ``read_committed`` consumer assigned every partition of ``topic`` from its beginning,
     closed on exit."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
-                             enable_auto_commit=False, fetch_max_wait_ms=fetch_max_wait_ms)
+    consumer, parts = _read_committed_consumer(bootstrap, topic,
+                                               fetch_max_wait_ms=fetch_max_wait_ms)
     try:
-        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
         consumer.assign(parts)
         consumer.seek_to_beginning(*parts)
         yield consumer
