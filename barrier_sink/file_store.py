@@ -15,6 +15,7 @@ from urllib.parse import urlparse
 
 from barrier_sink.exceptions import InvalidOptionError, SinkError
 from state_backends.s3 import describe_s3_error
+from state_backends.s3_clients import shared_client
 
 
 class FileStore:
@@ -93,6 +94,12 @@ class S3FileStore(FileStore):
     secret_key: Optional[str] = field(default=None, repr=False)
 
     def _client(self):
+        """The process's boto3 client for this store's settings (one per process and settings,
+        :mod:`state_backends.s3_clients`; it was one per request)."""
+        settings = ("file-store", self.endpoint, self.region, self.access_key, self.secret_key)
+        return shared_client(settings, self._make_client)
+
+    def _make_client(self):
         try:
             import boto3
         except ImportError as exc:  # pragma: no cover - depends on the environment

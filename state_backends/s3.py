@@ -18,6 +18,7 @@ from typing import List, Optional
 from state_backends.base import StateBackend, normalize_path
 from state_backends.exceptions import InvalidBackendOptionError, SnapshotNotFoundError, \
     StateBackendError
+from state_backends.s3_clients import shared_client
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +64,8 @@ class S3Options:
 class S3StateBackend(StateBackend):
     """Backend at ``s3://<bucket>/<prefix>``. Runs on the driver and on executors.
 
-    The boto3 client is created lazily, once per process, and is not pickled.
+    The boto3 client is created lazily and shared by every backend with the same options in
+    the process (:mod:`state_backends.s3_clients`); it is not pickled.
     """
 
     scheme = "s3"
@@ -84,25 +86,29 @@ class S3StateBackend(StateBackend):
 
     @property
     def client(self):
+        """The process's boto3 client for these options (:mod:`state_backends.s3_clients`)."""
         if self._client is None:
-            boto3, botocore = _boto3()
-            o = self.options
-            config = botocore.config.Config(
-                connect_timeout=o.connect_timeout_s, read_timeout=o.read_timeout_s,
-                retries={"max_attempts": o.max_attempts, "mode": "standard"},
-                s3={"addressing_style": "path" if o.path_style else "auto"})
-            kwargs = {"config": config}
-            if o.region:
-                kwargs["region_name"] = o.region
-            if o.endpoint_url:
-                kwargs["endpoint_url"] = o.endpoint_url
-            if o.access_key is not None:
-                kwargs["aws_access_key_id"] = o.access_key
-                kwargs["aws_secret_access_key"] = o.secret_key
-                if o.session_token:
-                    kwargs["aws_session_token"] = o.session_token
-            self._client = boto3.session.Session().client("s3", **kwargs)
+            self._client = shared_client(self.options, self._make_client)
         return self._client
+
+    def _make_client(self):
+        boto3, botocore = _boto3()
+        o = self.options
+        config = botocore.config.Config(
+            connect_timeout=o.connect_timeout_s, read_timeout=o.read_timeout_s,
+            retries={"max_attempts": o.max_attempts, "mode": "standard"},
+            s3={"addressing_style": "path" if o.path_style else "auto"})
+        kwargs = {"config": config}
+        if o.region:
+            kwargs["region_name"] = o.region
+        if o.endpoint_url:
+            kwargs["endpoint_url"] = o.endpoint_url
+        if o.access_key is not None:
+            kwargs["aws_access_key_id"] = o.access_key
+            kwargs["aws_secret_access_key"] = o.secret_key
+            if o.session_token:
+                kwargs["aws_session_token"] = o.session_token
+        return boto3.session.Session().client("s3", **kwargs)
 
     def _key(self, path: str) -> str:
         rel = normalize_path(path, allow_root=True)
