@@ -22,7 +22,9 @@ from barrier_ops.exceptions import InvalidOptionError
 from barrier_ops.input_events import RowSlice
 from barrier_ops.keygroups import operator_index
 from barrier_ops.options import OperatorOptions
+from barrier_ops.output_rows import OutputRows
 from barrier_ops.runtime import KeyGroupRuntime
+from barrier_ops.snapshot_uploads import SnapshotUploads
 
 # PySpark's applyInPandasWithState pads the group-state frame with all-NA rows up to the output
 # rows and concatenates the two (pyspark/worker.py); pandas 2.1+ warns about that concat once per
@@ -84,18 +86,21 @@ def run_batch(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: L
               key_group: int, blob: Optional[bytes], frames: Iterable[pd.DataFrame],
               batch_time_ms: int, pack: Optional[int] = None,
               time_zone: Optional[str] = None,
-              record_types: Optional[dict] = None) -> Tuple[pd.DataFrame, bytes]:
+              record_types: Optional[dict] = None,
+              uploads: Optional[SnapshotUploads] = None) -> Tuple[pd.DataFrame, bytes]:
     """Run key group ``key_group``'s rows of one micro-batch through its runtime (``blob``, or a
     new one, restored from ``opts.restore_from`` when set); returns the output rows (packed up
     to ``pack`` records a row when set, timestamps in the session time zone ``time_zone``,
     :mod:`barrier_ops.packed_rows`) and the runtime's new
     state value. The frames' ``__kg`` column is dropped before the runtime sees the rows.
     ``record_types``: the Arrow types of the records' columns when ``opts.records_format`` is
-    "arrow" (:func:`~barrier_ops.arrow_records.arrow_record_types`)."""
+    "arrow" (:func:`~barrier_ops.arrow_records.arrow_record_types`). ``uploads``: where the
+    key group's snapshot uploads and acknowledgements go when the caller finishes them
+    (:meth:`KeyGroupRuntime.process_batch`)."""
     runtime = load_runtime(blob) if blob is not None else KeyGroupRuntime.create(opts, key_group)
     pdf = _batch_frame(frames, KEY_GROUP_COLUMN)
     out = runtime.process_batch(opts, fn, key_col, user_columns, pdf, batch_time_ms, pack,
-                                time_zone, record_types)
+                                time_zone, record_types, uploads)
     return out, pickle.dumps(runtime, protocol=4)
 
 
@@ -109,7 +114,9 @@ def run_range(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: L
     after another and the range's new state value: each of its key groups' runtime value, as
     :func:`run_batch` returns it (executor). Spark then calls the operator once per range and
     batch, not once per key group; every key group keeps its own runtime, barrier alignment,
-    snapshots and output channel, exactly as without ranges."""
+    snapshots and output channel, exactly as without ranges. The key groups' snapshot uploads
+    overlap (:mod:`barrier_ops.snapshot_uploads`); their acknowledgements follow the output of
+    the last key group, once every snapshot of the call is durable."""
     layout = (opts.max_parallelism, opts.parallelism, index)
     values: dict = {}
     if blob is not None:
@@ -127,15 +134,21 @@ def run_range(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: L
     pdf = _batch_frame(frames, RANGE_COLUMN)
     groups = pdf[KEY_GROUP_COLUMN].to_numpy()
     outputs, out = [], None
-    for kg in np.unique(groups).tolist():
-        if operator_index(kg, opts.max_parallelism, opts.parallelism) != index:
-            raise ValueError(f"key group {kg} is not in range {index} of {opts.parallelism} "
-                             f"(max_parallelism {opts.max_parallelism})")
-        rows = RowSlice(pdf, np.flatnonzero(groups == kg)).rows()
-        out, values[kg] = run_batch(opts, fn, key_col, user_columns, kg, values.get(kg), [rows],
-                                    batch_time_ms, pack, time_zone, record_types)
-        if len(out):
-            outputs.append(out)
+    with SnapshotUploads() as uploads:
+        for kg in np.unique(groups).tolist():
+            if operator_index(kg, opts.max_parallelism, opts.parallelism) != index:
+                raise ValueError(f"key group {kg} is not in range {index} of "
+                                 f"{opts.parallelism} (max_parallelism {opts.max_parallelism})")
+            rows = RowSlice(pdf, np.flatnonzero(groups == kg)).rows()
+            out, values[kg] = run_batch(opts, fn, key_col, user_columns, kg, values.get(kg),
+                                        [rows], batch_time_ms, pack, time_zone, record_types,
+                                        uploads)
+            if len(out):
+                outputs.append(out)
+        if len(uploads):
+            acks = OutputRows(user_columns)
+            uploads.finish(acks)
+            outputs.append(acks.frame() if pack is None else acks.packed_frame(pack, time_zone))
     if len(outputs) > 1:
         with warnings.catch_warnings():   # a key group's control rows hold no user values
             warnings.simplefilter("ignore", FutureWarning)

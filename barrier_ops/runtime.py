@@ -10,14 +10,18 @@ batch and is pickled back. Per batch:
    them into record chunks and barrier events, and run the barrier handler (aligner or tracker).
 4. Apply the user function to released records, key by key, one epoch segment at a time; after
    each segment advance the watermark and fire due event-time timers.
-5. At each triggered checkpoint n: snapshot the key group's state to the state backend, emit an
-   ``ack`` row and forward barrier n on this key group's output channel; later output belongs to
-   epoch n + 1.
+5. At each triggered checkpoint n: serialise the key group's state (the synchronous part),
+   start its upload to the state backend (the asynchronous part,
+   :mod:`barrier_ops.snapshot_uploads`) and forward barrier n on this key group's output
+   channel; later output belongs to epoch n + 1.
+6. Once the call's snapshots are durable, emit their ``ack`` rows (after the key group's other
+   output, or with ``parallelism`` after the last key group's).
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from typing import Any, List, Optional
 
@@ -28,6 +32,7 @@ from barrier_core.ack import AckMetrics, Acknowledgement, offsets_by_topic
 from barrier_ops.arrow_records import ArrowKeyRows
 from barrier_ops.function import KeyedProcessFunction, rows_to_tuples
 from barrier_ops.input_events import KeyRows, build_events, gather, group_by_key
+from barrier_ops.snapshot_uploads import SnapshotUploads
 from barrier_ops.output_rows import OutputRows
 from barrier_ops.options import AT_LEAST_ONCE, RECORDS_ARROW, OperatorOptions
 from barrier_ops.snapshots import (IncrementalSnapshots, decode_full_state, encode_full, fold,
@@ -101,13 +106,21 @@ class KeyGroupRuntime:
                       user_columns: List[str], pdf: pd.DataFrame, batch_time_ms: int,
                       pack: Optional[int] = None,
                       time_zone: Optional[str] = None,
-                      record_types: Optional[dict] = None) -> pd.DataFrame:
+                      record_types: Optional[dict] = None,
+                      uploads: Optional[SnapshotUploads] = None) -> pd.DataFrame:
         """Handle the rows one micro-batch delivered to this key group; return the output, one
         row per output row, or packed up to ``pack`` records a row, timestamps converted in
         ``time_zone`` (the session's; :meth:`~barrier_ops.output_rows.OutputRows.packed_frame`).
         With ``opts.records_format`` "arrow" the function gets each key's records as a record
         batch whose columns have the types ``record_types`` names
-        (:mod:`barrier_ops.arrow_records`)."""
+        (:mod:`barrier_ops.arrow_records`).
+
+        Snapshots are uploaded in the background (:mod:`barrier_ops.snapshot_uploads`). Without
+        ``uploads`` this call waits for them and its output ends with their acknowledgements;
+        with it, the caller does (:meth:`SnapshotUploads.finish`), so the uploads of several
+        key groups overlap."""
+        own_uploads = uploads is None
+        self._uploads = SnapshotUploads() if own_uploads else uploads
         self._opts, self._fn, self._key_col = opts, fn, key_col
         self._record_types = record_types or {}
         self._topic = output_topic(opts.operator_id)
@@ -141,12 +154,18 @@ class KeyGroupRuntime:
                 elif isinstance(out, CheckpointAborted):
                     self.epoch = max(self.epoch, out.checkpoint_id + 1)
             self._process_segment(segment)
+            if own_uploads:
+                self._uploads.finish(self._out)                               # step 6
             return (self._out.frame() if pack is None
                     else self._out.packed_frame(pack, time_zone))
+        except BaseException:
+            if own_uploads:   # no upload of this failed call lands after it
+                self._uploads.__exit__(*sys.exc_info())
+            raise
         finally:
             del self._opts, self._fn, self._key_col, self._user_columns, self._now_ms
             del self._record_types, self._topic
-            del self._out, self._backend
+            del self._out, self._backend, self._uploads
 
     # ------------------------------------------------------------------ GroupState value
     def __getstate__(self):
@@ -240,27 +259,27 @@ class KeyGroupRuntime:
             blob, chain = incremental.encode(header, self.store)
         if not chain:
             self._store_blob = blob   # GroupState reuses it unless the state changes again
-        handle = self._backend.write_snapshot(trig.checkpoint_id, opts.operator_id,
-                                              self.key_group, blob, chain)
+        handle = self._backend.snapshot_handle(trig.checkpoint_id, opts.operator_id,
+                                               self.key_group, blob, chain)
         if incremental is not None:
-            incremental.written(handle)
+            incremental.written(handle)   # the next snapshot's chain; the upload is below
         sync_ms = (time.perf_counter() - started) * 1000.0
         self.snapshots_taken += 1
         ack = Acknowledgement(
             opts.operator_id, self.key_group, opts.max_parallelism, trig.checkpoint_id,
             handle.to_json(), offsets_by_topic(trig.offsets),
             AckMetrics(round(trig.alignment_ms, 3), trig.held_back_records, round(sync_ms, 3),
-                       0.0, len(blob)), trig.timestamp_ms, self._backend.describe())
-        self._emit_control(KIND_ACK, trig.checkpoint_id, topic=output_topic(opts.operator_id),
-                           partition=self.key_group, ack=ack.to_json())
+                       None, len(blob)), trig.timestamp_ms, self._backend.describe())
+        # The acknowledgement follows once the blob is durable (SnapshotUploads.finish).
+        self._uploads.start(self._backend, handle, blob, ack, output_topic(opts.operator_id))
         self._emit_control(
             KIND_BARRIER, trig.checkpoint_id, topic=output_topic(opts.operator_id),
             partition=self.key_group,
             offset=self.output_seq, checkpoint_timestamp=trig.timestamp_ms,
             barrier_channels=[output_channel(opts.operator_id, k)
                               for k in range(opts.max_parallelism)])
-        logger.debug("%s: snapshot of checkpoint %d, %d bytes in %.1f ms", self.handler.name,
-                     trig.checkpoint_id, len(blob), sync_ms)
+        logger.debug("%s: snapshot of checkpoint %d, %d bytes serialised in %.1f ms",
+                     self.handler.name, trig.checkpoint_id, len(blob), sync_ms)
 
 
     def _incremental_snapshots(self, opts: OperatorOptions) -> Optional[IncrementalSnapshots]:

@@ -150,7 +150,8 @@ def start_exactly_once(spark, bootstrap, src, out, work, batch, per_key: bool, t
 
 
 ATTRIBUTION = ("batch", "spark", "stage 1+sched", "operator", "state upd", "state commit",
-               "snapshot", "open txn", "send", "flush", "driver", "EndTxn", "new producers")
+               "snapshot", "upload", "open txn", "send", "flush", "driver", "EndTxn",
+               "new producers")
 
 
 def _median(values) -> float:
@@ -172,7 +173,8 @@ def attribute(progress, storage) -> dict:
       (offsets for the group, pruning, the sweep of unrecorded transactions);
     * ``new producers``: producers the slowest task created (0: its worker's parked producer
       took the transaction over);
-    * ``snapshot``: the operators' synchronous snapshot time (checkpoint statistics);
+    * ``snapshot`` and ``upload``: the operators' snapshot time, serialising (sync) and storing
+      (async, concurrent for the key groups of one call), from the checkpoint statistics;
     * ``state upd`` and ``state commit``: Spark's own stateful operator, from the progress's
       ``stateOperators`` (``allUpdatesTimeMs``, ``commitTimeMs``), per task (summed over the
       shuffle partitions, divided by their number). For ``groupBy().count()`` that is the
@@ -208,11 +210,13 @@ def attribute(progress, storage) -> dict:
                                           - driver)})
         rows.append(row)
     out = {k: _median(r.get(k) for r in rows) for k in ATTRIBUTION}
-    stats = []
+    sync, upload = [], []
     for path in glob.glob(os.path.join(storage or "", "chk-*", "_stats.json")):
         with open(path) as f:
-            stats.append(json.load(f).get("sync_duration_ms"))
-    out["snapshot"] = _median(stats)
+            stats = json.load(f)
+        sync.append(stats.get("sync_duration_ms"))
+        upload.append(stats.get("async_duration_ms"))
+    out["snapshot"], out["upload"] = _median(sync), _median(upload)
     out["batches"] = len(rows)
     return out
 

@@ -146,7 +146,8 @@ from state_backends.stats import format_stats_table, plot_stats, stats_dataframe
 stats = stats_dataframe(spark, backend_a)
 stats.createOrReplaceTempView("checkpoint_stats")
 display(stats.select("checkpoint_id", "status", "end_to_end_duration_ms", "alignment_duration_ms",
-                     "sync_duration_ms", "state_size_bytes", "num_acknowledged", "num_expected"))
+                     "sync_duration_ms", "async_duration_ms", "state_size_bytes",
+                     "num_acknowledged", "num_expected"))
 
 # COMMAND ----------
 

@@ -239,7 +239,18 @@ class StateBackend(ABC):
         when this returns; the checkpoint is not complete until the coordinator writes
         ``chk-<n>/_metadata``.
         """
-        path = snapshot_path(checkpoint_id, operator_id, key_group)
+        handle = self.snapshot_handle(checkpoint_id, operator_id, key_group, data, chain)
+        if handle.path is not None:
+            self.put(handle.path, data)
+        return handle
+
+    def snapshot_handle(self, checkpoint_id: int, operator_id: str, key_group: int,
+                        data: bytes,
+                        chain: Tuple[Tuple[str, Optional[int]], ...] = ()) -> SnapshotHandle:
+        """The handle :meth:`write_snapshot` returns for these arguments, without writing:
+        its ``path`` is where ``data`` goes (None when the backend keeps it inline). The
+        operator stores the blob at that path itself, in the background
+        (:mod:`barrier_ops.snapshot_uploads`)."""
         if self.inline_snapshots:
             if chain:
                 raise InvalidBackendOptionError(
@@ -247,8 +258,8 @@ class StateBackend(ABC):
                     "incremental snapshots; use a file:// or s3:// backend for them")
             return SnapshotHandle(checkpoint_id, operator_id, key_group, None, len(data),
                                   bytes(data))
-        self.put(path, data)
-        return SnapshotHandle(checkpoint_id, operator_id, key_group, path, len(data),
+        return SnapshotHandle(checkpoint_id, operator_id, key_group,
+                              snapshot_path(checkpoint_id, operator_id, key_group), len(data),
                               chain=tuple(chain))
 
     def read_snapshot(self, handle: SnapshotHandle) -> bytes:

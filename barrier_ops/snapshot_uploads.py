@@ -1,0 +1,116 @@
+"""The asynchronous part of the keyed operator's snapshots: uploads run concurrently (executor).
+
+A key group's checkpoint has two parts, as in Flink: the synchronous part serialises its state
+(:meth:`~barrier_ops.runtime.KeyGroupRuntime._checkpoint`), the asynchronous part stores the blob
+in the state backend. Writing the blobs of a call's key groups one after another costs one
+backend round trip each (a PUT on S3, two fsyncs on a local disk) on the task's critical path;
+with ``parallelism`` one call runs many key groups, so their uploads run together on a small
+thread pool of the Python worker (:data:`UPLOAD_THREADS`) while the call goes on with the next key
+group.
+
+What it guarantees: a key group's acknowledgement (the row that lets the coordinator complete
+the checkpoint) is emitted only after its snapshot is durable: :meth:`SnapshotUploads.finish`
+waits for every upload of the call and raises the first failure, so the task fails and emits
+nothing (as a failed synchronous write did). A call that fails waits for the uploads it started
+before its error propagates, so no blob of a failed attempt lands after its retry wrote the same
+path. The snapshot's handle is known before its upload (its path and size), so the runtime's
+state for the next batch (incremental chains included) does not wait for the upload. A backend
+keeping snapshots inline has nothing to upload.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import List, Optional
+
+from barrier_core.ack import Acknowledgement
+from barrier_core.schema import KIND_ACK
+
+#: Concurrent uploads per Python worker.
+UPLOAD_THREADS = 8
+
+_pool_lock = threading.Lock()
+_pool: Optional[ThreadPoolExecutor] = None
+
+
+def _upload_pool() -> ThreadPoolExecutor:
+    """The worker's upload threads, started on first use (never in PySpark's daemon, which
+    forks workers: the operator's code runs only in the forked workers)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=UPLOAD_THREADS,
+                                       thread_name_prefix="barrier-snapshot-upload")
+        return _pool
+
+
+def _timed_put(backend, path: str, blob: bytes) -> float:
+    started = time.perf_counter()
+    backend.put(path, blob)
+    return (time.perf_counter() - started) * 1000.0
+
+
+@dataclass
+class PendingAck:
+    """A key group's acknowledgement waiting for its snapshot's upload; ``ack`` has every field
+    but the upload time (``metrics.async_ms``)."""
+
+    ack: Acknowledgement
+    topic: str
+    upload: Optional[Future]
+
+
+class SnapshotUploads:
+    """The snapshot uploads of one operator call and their acknowledgements (executor)."""
+
+    def __init__(self) -> None:
+        self._pending: List[PendingAck] = []
+
+    def start(self, backend, handle, blob: bytes, ack: Acknowledgement, topic: str) -> None:
+        """Store ``blob`` at ``handle.path`` in the background (nothing for an inline handle);
+        ``ack`` is emitted by :meth:`finish` once it is durable."""
+        upload = (None if handle.path is None
+                  else _upload_pool().submit(_timed_put, backend, handle.path, blob))
+        self._pending.append(PendingAck(ack, topic, upload))
+
+    def finish(self, out) -> None:
+        """Wait for every upload, then add each acknowledgement to ``out``
+        (:class:`~barrier_ops.output_rows.OutputRows`) as a control row, in the order the
+        snapshots were taken. Raises the first upload's error after all have ended, emitting
+        no acknowledgement."""
+        pending, self._pending = self._pending, []
+        first_error = None
+        upload_ms = []
+        for p in pending:
+            try:
+                upload_ms.append(0.0 if p.upload is None else p.upload.result())
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, after the others
+                first_error = first_error or exc
+                upload_ms.append(None)
+        if first_error is not None:
+            raise first_error
+        for p, ms in zip(pending, upload_ms):
+            ack = replace(p.ack, metrics=replace(p.ack.metrics, async_ms=round(ms, 3)))
+            out.add_control(kind=KIND_ACK, checkpoint_id=int(ack.checkpoint_id), topic=p.topic,
+                            partition=int(ack.key_group), ack=ack.to_json())
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def __enter__(self) -> "SnapshotUploads":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        """The call failed: wait for the uploads it started, so that none lands after the
+        failure (a retried task writes the same paths); their results are dropped."""
+        if exc_type is not None:
+            pending, self._pending = self._pending, []
+            for p in pending:
+                if p.upload is not None:
+                    try:
+                        p.upload.result()
+                    except BaseException:  # noqa: BLE001 - the call's own error propagates
+                        pass
