@@ -21,7 +21,6 @@ batch and is pickled back. Per batch:
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from typing import Any, List, Optional
 
@@ -32,11 +31,11 @@ from barrier_core.ack import AckMetrics, Acknowledgement, offsets_by_topic
 from barrier_ops.arrow_records import ArrowKeyRows
 from barrier_ops.function import KeyedProcessFunction, rows_to_tuples
 from barrier_ops.input_events import KeyRows, build_events, gather, group_by_key
-from barrier_ops.snapshot_uploads import SnapshotUploads
 from barrier_ops.output_rows import OutputRows
 from barrier_ops.options import AT_LEAST_ONCE, RECORDS_ARROW, OperatorOptions
 from barrier_ops.snapshots import (IncrementalSnapshots, decode_full_state, encode_full, fold,
                                    snapshot_parts)
+from barrier_ops.snapshot_uploads import SnapshotUploads
 from barrier_ops.state import KeyedContext, KeyedStateStore
 from barrier_ops.alignment import (BarrierAligner, BarrierTracker, CheckpointAborted,
                                    CheckpointTriggered, Released)
@@ -160,7 +159,7 @@ class KeyGroupRuntime:
                     else self._out.packed_frame(pack, time_zone))
         except BaseException:
             if own_uploads:   # no upload of this failed call lands after it
-                self._uploads.__exit__(*sys.exc_info())
+                self._uploads.abandon()
             raise
         finally:
             del self._opts, self._fn, self._key_col, self._user_columns, self._now_ms

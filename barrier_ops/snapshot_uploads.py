@@ -104,13 +104,16 @@ class SnapshotUploads:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.abandon()
+
+    def abandon(self) -> None:
         """The call failed: wait for the uploads it started, so that none lands after the
         failure (a retried task writes the same paths); their results are dropped."""
-        if exc_type is not None:
-            pending, self._pending = self._pending, []
-            for p in pending:
-                if p.upload is not None:
-                    try:
-                        p.upload.result()
-                    except BaseException:  # noqa: BLE001 - the call's own error propagates
-                        pass
+        pending, self._pending = self._pending, []
+        for p in pending:
+            if p.upload is not None:
+                try:
+                    p.upload.result()
+                except BaseException:  # noqa: BLE001 - the call's own error propagates
+                    pass
