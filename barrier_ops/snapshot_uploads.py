@@ -24,7 +24,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from barrier_core.ack import Acknowledgement
 from barrier_core.schema import KIND_ACK
@@ -51,6 +51,21 @@ def _timed_put(backend, path: str, blob: bytes) -> float:
     started = time.perf_counter()
     backend.put(path, blob)
     return (time.perf_counter() - started) * 1000.0
+
+
+def _wait_all(pending: List["PendingAck"]
+              ) -> Tuple[List[Optional[float]], Optional[BaseException]]:
+    """Wait for every upload of ``pending``; their ms (0 for nothing to upload, None for a
+    failed one) and the first failure, raised by none."""
+    upload_ms: List[Optional[float]] = []
+    first_error = None
+    for p in pending:
+        try:
+            upload_ms.append(0.0 if p.upload is None else p.upload.result())
+        except BaseException as exc:  # noqa: BLE001 - the caller decides what to raise
+            first_error = first_error or exc
+            upload_ms.append(None)
+    return upload_ms, first_error
 
 
 @dataclass
@@ -82,14 +97,7 @@ class SnapshotUploads:
         snapshots were taken. Raises the first upload's error after all have ended, emitting
         no acknowledgement."""
         pending, self._pending = self._pending, []
-        first_error = None
-        upload_ms = []
-        for p in pending:
-            try:
-                upload_ms.append(0.0 if p.upload is None else p.upload.result())
-            except BaseException as exc:  # noqa: BLE001 - re-raised below, after the others
-                first_error = first_error or exc
-                upload_ms.append(None)
+        upload_ms, first_error = _wait_all(pending)
         if first_error is not None:
             raise first_error
         for p, ms in zip(pending, upload_ms):
@@ -111,9 +119,4 @@ class SnapshotUploads:
         """The call failed: wait for the uploads it started, so that none lands after the
         failure (a retried task writes the same paths); their results are dropped."""
         pending, self._pending = self._pending, []
-        for p in pending:
-            if p.upload is not None:
-                try:
-                    p.upload.result()
-                except BaseException:  # noqa: BLE001 - the call's own error propagates
-                    pass
+        _wait_all(pending)
