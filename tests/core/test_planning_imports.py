@@ -1,0 +1,57 @@
+"""What the driver's short-lived Python workers load when a query is defined and started.
+
+PySpark defines and plans a query with Python data sources in several fresh Python workers:
+``create_data_source`` (the source's schema), ``plan_data_source_read`` (the stream reader,
+pickled for the tasks) and ``write_into_data_source`` (the sink's writer), each a new process at
+every query start. kafka-python costs 120-190 ms to import on this machine; none of those steps
+talks to Kafka, so none may import it when the options name no Kafka client setting. (The
+source's planner and the commit worker do talk to Kafka, and executors' readers and writers
+create clients, so they import it anyway.)
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SOURCE = {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t",
+          "checkpoint.storage": "/tmp/never-written"}
+SINK = {"kafka.bootstrap.servers": "127.0.0.1:1", "topic": "out",
+        "checkpoint.storage": "/tmp/never-written", "transactionalIdPrefix": "p"}
+
+
+def _loaded_after(step: str) -> list:
+    code = f"""
+        import sys
+        from barrier_kafka.datasource import BarrierKafkaDataSource
+        from barrier_sink.options import KafkaSinkOptions
+        source = BarrierKafkaDataSource({SOURCE!r})
+        steps = {{"schema": lambda: source.schema(),
+                  "reader": lambda: source.streamReader(source.schema()),
+                  "sink options": lambda: KafkaSinkOptions.from_options({SINK!r})}}
+        steps[{step!r}]()
+        print(sorted(m for m in sys.modules if m == "kafka" or m.startswith("kafka.")))
+    """
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return eval(done.stdout.strip().splitlines()[-1])  # noqa: S307 - our own printed list
+
+
+@pytest.mark.parametrize("step", ["schema", "reader", "sink options"])
+def test_defining_and_planning_a_query_does_not_import_kafka_python(step):
+    assert _loaded_after(step) == []
+
+
+def test_kafka_settings_are_still_checked_and_typed_against_kafka_python():
+    from barrier_core.kafka_config import translate_kafka_options
+
+    cfg = translate_kafka_options({"kafka.bootstrap.servers": "a:1,b:2",
+                                   "kafka.request.timeout.ms": "1234",
+                                   "kafka.no.such.setting": "x"})
+    assert cfg == {"bootstrap_servers": ["a:1", "b:2"], "request_timeout_ms": 1234}
+    with pytest.raises(Exception, match="must be an integer"):
+        translate_kafka_options({"kafka.request.timeout.ms": "soon"})
