@@ -15,7 +15,6 @@ from pyspark.sql.datasource import DataSource
 from barrier_core.schema import source_schema
 from barrier_core.worker_heap import freeze_in_python_worker
 from barrier_source.options import SourceOptions
-from barrier_source.reader import BarrierKafkaStreamReader
 
 
 class BarrierKafkaDataSource(DataSource):
@@ -31,7 +30,11 @@ class BarrierKafkaDataSource(DataSource):
         return source_schema(include_headers=SourceOptions.from_options(self.options).include_headers)
 
     def streamReader(self, schema):
-        """The stream reader (driver planner worker; Spark pickles it to executors for ``read``)."""
+        """The stream reader (driver planner worker; Spark pickles it to executors for ``read``).
+        Imported here, not with the module: the workers that only ask for the schema
+        (``create_data_source``) or only write (the sink's) then skip the reader and numpy."""
+        from barrier_source.reader import BarrierKafkaStreamReader
+
         return BarrierKafkaStreamReader(self.options, schema)
 
     def streamWriter(self, schema, overwrite):

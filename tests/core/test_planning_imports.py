@@ -6,7 +6,8 @@ pickled for the tasks) and ``write_into_data_source`` (the sink's writer), each 
 every query start. kafka-python costs 120-190 ms to import on this machine; none of those steps
 talks to Kafka, so none may import it when the options name no Kafka client setting. (The
 source's planner and the commit worker do talk to Kafka, and executors' readers and writers
-create clients, so they import it anyway.)
+create clients, so they import it anyway.) The step that only asks for the schema does not load
+the reader either, nor numpy with it (about 55 ms).
 """
 
 from __future__ import annotations
@@ -27,13 +28,16 @@ def _loaded_after(step: str) -> list:
     code = f"""
         import sys
         from barrier_kafka.datasource import BarrierKafkaDataSource
-        from barrier_sink.options import KafkaSinkOptions
         source = BarrierKafkaDataSource({SOURCE!r})
-        steps = {{"schema": lambda: source.schema(),
-                  "reader": lambda: source.streamReader(source.schema()),
-                  "sink options": lambda: KafkaSinkOptions.from_options({SINK!r})}}
-        steps[{step!r}]()
-        print(sorted(m for m in sys.modules if m == "kafka" or m.startswith("kafka.")))
+        step = {step!r}
+        if step == "schema":
+            source.schema()
+        elif step == "reader":
+            source.streamReader(source.schema())
+        else:
+            from barrier_sink.options import KafkaSinkOptions
+            KafkaSinkOptions.from_options({SINK!r})
+        print(sorted(m for m in sys.modules if m in ("kafka", "numpy", "barrier_source.reader")))
     """
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
                           text=True, timeout=120)
@@ -43,7 +47,11 @@ def _loaded_after(step: str) -> list:
 
 @pytest.mark.parametrize("step", ["schema", "reader", "sink options"])
 def test_defining_and_planning_a_query_does_not_import_kafka_python(step):
-    assert _loaded_after(step) == []
+    assert "kafka" not in _loaded_after(step)
+
+
+def test_asking_for_the_schema_loads_neither_the_reader_nor_numpy():
+    assert _loaded_after("schema") == []
 
 
 def test_kafka_settings_are_still_checked_and_typed_against_kafka_python():
