@@ -31,9 +31,11 @@ medians to ``native``, for the whole run and, as ``after start``, for the same r
 their first trigger: a query's start is a fixed cost per query (for a Python data source PySpark
 starts a fresh planner Python process before the first trigger, about 1.3 s here against 0.1 s for
 Spark's own source), which a 200,000-record run weighs far more than a query that runs for days.
-Two more tables split the last round: one batch's wall time by phase (:func:`attribute`) and the
+Three more tables split the last round: one batch's wall time by phase (:func:`attribute`), the
 whole run into query start, first batch, other batches and the wait until visible
-(:func:`run_split`).
+(:func:`run_split`), and the CPU seconds each kind of process spent from the query's start to its
+last batch's end (:mod:`benchmarks.process_cpu`: the Spark JVM, PySpark's Python task workers,
+its driver-side Python workers, the broker, this process).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from barrier_ops.function import KeyedProcessFunction  # noqa: E402
 from benchmarks.bench_sink import make_topic  # noqa: E402
 from benchmarks.bench_source import spark_with_kafka_connector  # noqa: E402
+from benchmarks import process_cpu  # noqa: E402
 from benchmarks.visibility import StableOffsetLog, final_count_offsets  # noqa: E402
 
 VARIANTS = ("native", "eo per-key", "eo per-record")
@@ -275,6 +278,7 @@ def _measured_run(spark, variant, bootstrap, src, out, work, stable, records, ke
     """One run from ``writeStream.start()`` until the final count of every key was visible to a
     ``read_committed`` consumer (:mod:`benchmarks.visibility`: the moment the stable offsets
     passed the last of them, not the moment this process finished reading them)."""
+    cpu0 = process_cpu.take()
     wall0 = time.time()
     if variant == "native":
         query = start_native(spark, bootstrap, src, out, work, batch)
@@ -290,6 +294,7 @@ def _measured_run(spark, variant, bootstrap, src, out, work, stable, records, ke
                                    else None)
     try:
         query.processAllAvailable()  # every input record read and its batch done
+        cpu = process_cpu.spent(cpu0, process_cpu.take())
         last = final_count_offsets(bootstrap, out, final_counts(records, keys), 1800)
         visible = stable.visible_at(last) if last is not None else None
         progress = query.recentProgress
@@ -302,6 +307,7 @@ def _measured_run(spark, variant, bootstrap, src, out, work, stable, records, ke
     storage = None if variant == "native" else os.path.join(work, "storage")
     phases = attribute(progress, storage)
     phases["run"] = run_split(progress, wall0, visible)
+    phases["cpu"] = cpu
     return visible - wall0, phases
 
 
@@ -400,6 +406,18 @@ def main() -> int:
         print(f"{keys:>7} {batch:>7} {v:<26} {total:>6.2f} "
               + " ".join(f"{split.get(k, float('nan')):>6.2f}"
                          for k in ("start", "first", "rest", "tail")))
+    print("\nwhere the last round's CPU goes, s from query start to the last batch's end, by "
+          "process (see benchmarks/process_cpu.py; 'cores' = all of them over the run's wall "
+          "time, of the machine's " f"{os.cpu_count()})")
+    print(f"{'keys':>7} {'batch':>7} {'pipeline':<26} "
+          + " ".join(f"{k:>13}" for k in process_cpu.KINDS) + f" {'total':>6} {'cores':>6}")
+    for (keys, batch, v), phases in attribution.items():
+        cpu, split = phases["cpu"], phases["run"]
+        total = sum(cpu.values())
+        wall = sum(split[k] for k in ("start", "first", "rest")) if split else float("nan")
+        print(f"{keys:>7} {batch:>7} {v:<26} "
+              + " ".join(f"{cpu[k]:>13.2f}" for k in process_cpu.KINDS)
+              + f" {total:>6.2f} {total / wall:>6.2f}")
     spark.stop()
     return 0
 

@@ -1,0 +1,92 @@
+"""CPU time of the processes a benchmark run uses, by kind, from Linux's ``/proc`` (not a test).
+
+``bench_pipeline.py`` compares pipelines on the same few cores, where one pipeline's extra work
+in one process shows up as everyone's wall time. This says which processes spent the CPU:
+
+* ``spark jvm``: the Spark driver JVM (in ``local[*]`` also the executor: tasks, shuffle,
+  Spark's Kafka client, state stores, codegen and the JIT compiler);
+* ``python tasks``: PySpark's Python task workers (``pyspark.daemon pyspark.worker``: the
+  barrier-kafka reader, the keyed operator, the sink's writer);
+* ``python driver``: PySpark's driver-side Python workers (the streaming source's planner, the
+  sink's commit worker, the short-lived planning workers);
+* ``kafka broker``: the harness's broker; ``benchmark``: this process (the query's driver
+  Python and the run's own visibility polling).
+
+A process that ended during the run is counted through its parent (the CPU of children it
+waited for), minus what the first snapshot had already counted for it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+KINDS = ("spark jvm", "python tasks", "python driver", "kafka broker", "benchmark")
+
+
+@dataclass(frozen=True)
+class Usage:
+    """One process's CPU seconds: its own and its waited-for children's."""
+
+    kind: Optional[str]
+    own_s: float
+    children_s: float
+
+
+def kind_of(cmdline: str, pid: int, benchmark_pid: int) -> Optional[str]:
+    """The kind of a process from its command line, or None for processes of no interest."""
+    if pid == benchmark_pid:
+        return "benchmark"
+    if "org.apache.spark.deploy.SparkSubmit" in cmdline:
+        return "spark jvm"
+    if "kafka.Kafka" in cmdline:
+        return "kafka broker"
+    if "pyspark.daemon" in cmdline:
+        return "python tasks" if cmdline.rstrip().endswith("pyspark.worker") else "python driver"
+    if "pyspark.sql.streaming.python_streaming_source_runner" in cmdline:
+        return "python driver"
+    return None
+
+
+def take(benchmark_pid: Optional[int] = None) -> Dict[int, Usage]:
+    """CPU seconds of every process of interest now (empty where ``/proc`` is missing)."""
+    me = os.getpid() if benchmark_pid is None else benchmark_pid
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    out: Dict[int, Usage] = {}
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return out
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended while listed
+        kind = kind_of(cmdline, pid, me)
+        if kind is None:
+            continue
+        # after the command name: state is field 0, utime 11, stime 12, cutime 13, cstime 14
+        own = (int(fields[11]) + int(fields[12])) / tick
+        children = (int(fields[13]) + int(fields[14])) / tick
+        out[pid] = Usage(kind, own, children)
+    return out
+
+
+def spent(before: Dict[int, Usage], after: Dict[int, Usage]) -> Dict[str, float]:
+    """CPU seconds per kind between two snapshots of :func:`take`."""
+    total = {k: 0.0 for k in KINDS}
+    for pid, now in after.items():
+        then = before.get(pid)
+        if then is not None and then.kind != now.kind:
+            then = None  # a reused pid: a new process
+        total[now.kind] += now.own_s - (then.own_s if then else 0.0)
+        total[now.kind] += now.children_s - (then.children_s if then else 0.0)
+    for pid, then in before.items():
+        if pid not in after or after[pid].kind != then.kind:
+            # ended: its parent's children time holds all of it, the part before included
+            total[then.kind] -= then.own_s + then.children_s
+    return total

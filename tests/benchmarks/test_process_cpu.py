@@ -1,0 +1,44 @@
+import os
+import sys
+import time
+
+import pytest
+
+from benchmarks.process_cpu import Usage, kind_of, spent, take
+
+
+def test_kinds_from_command_lines():
+    assert kind_of("java -cp x org.apache.spark.deploy.SparkSubmit pyspark-shell", 5, 1) == \
+        "spark jvm"
+    assert kind_of("python3 -m pyspark.daemon pyspark.worker", 5, 1) == "python tasks"
+    assert kind_of("python3 -m pyspark.daemon pyspark.sql.worker.python_streaming_sink_runner",
+                   5, 1) == "python driver"
+    assert kind_of("python3 -m pyspark.sql.streaming.python_streaming_source_runner", 5, 1) == \
+        "python driver"
+    assert kind_of("java -Xmx512m kafka.Kafka server.properties", 5, 1) == "kafka broker"
+    assert kind_of("python bench.py", 1, 1) == "benchmark"
+    assert kind_of("bash", 5, 1) is None
+
+
+def test_an_ended_child_counts_once_through_its_parent():
+    before = {10: Usage("python tasks", 1.0, 0.0), 11: Usage("python tasks", 0.5, 0.0)}
+    # 11 ran 0.25 s more, ended, and its parent 10 waited for it (0.75 s of children time)
+    after = {10: Usage("python tasks", 1.5, 0.75), 12: Usage("spark jvm", 2.0, 0.0)}
+    got = spent(before, after)
+    assert got["python tasks"] == pytest.approx(0.5 + 0.25)
+    assert got["spark jvm"] == pytest.approx(2.0)  # started after the first snapshot
+
+
+def test_a_reused_pid_is_a_new_process():
+    got = spent({7: Usage("python driver", 3.0, 0.0)}, {7: Usage("kafka broker", 0.25, 0.0)})
+    assert got["kafka broker"] == pytest.approx(0.25)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc") or sys.platform != "linux", reason="Linux /proc")
+def test_this_process_cpu_is_counted_as_the_benchmark():
+    before = take()
+    deadline = time.process_time() + 0.3
+    while time.process_time() < deadline:
+        pass
+    got = spent(before, take())
+    assert got["benchmark"] >= 0.2
