@@ -31,8 +31,9 @@ class BarrierKafkaDataSource(DataSource):
 
     def streamReader(self, schema):
         """The stream reader (driver planner worker; Spark pickles it to executors for ``read``).
-        Imported here, not with the module: the workers that only ask for the schema
-        (``create_data_source``) or only write (the sink's) then skip the reader and numpy."""
+        Imported here, not with the module: the worker that only asks for the schema
+        (``create_data_source``) then skips the reader and numpy, the sink's workers the
+        reader."""
         from barrier_source.reader import BarrierKafkaStreamReader
 
         return BarrierKafkaStreamReader(self.options, schema)
