@@ -15,13 +15,11 @@ PySpark's own ``pyspark.sql.datasource``, which loads numpy itself on PySpark 4.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
 from barrier_core.exceptions import InvalidOptionError
+from tests.core.fresh_interpreter import run_python
 
 SOURCE = {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t",
           "checkpoint.storage": "/tmp/never-written"}
@@ -47,10 +45,7 @@ def _loaded_after(step: str) -> list:
         print(json.dumps(sorted(m for m in set(sys.modules) - before
                                 if m in ("kafka", "numpy", "barrier_source.reader"))))
     """
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(run_python(code).splitlines()[-1])
 
 
 @pytest.mark.parametrize("step", ["schema", "reader", "sink options"])

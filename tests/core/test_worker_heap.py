@@ -4,16 +4,7 @@ as a Python worker would (freezing is once per process)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
-
-
-def run_python(code: str) -> str:
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
+from tests.core.fresh_interpreter import run_python
 
 
 def test_freezes_once_after_collecting_the_garbage_there_is():
