@@ -29,7 +29,7 @@ KINDS = ("spark jvm", "python tasks", "python driver", "kafka broker", "benchmar
 class Usage:
     """One process's CPU seconds: its own and its waited-for children's."""
 
-    kind: Optional[str]
+    kind: str
     own_s: float
     children_s: float
 
