@@ -12,15 +12,32 @@ from barrier_core.exceptions import BarrierKafkaError, InvalidOptionError
 from barrier_kafka.available_now import run_available_now
 from barrier_kafka.datasource import data_sources
 
-__all__ = ["register", "run_available_now", "BarrierKafkaError", "InvalidOptionError"]
+__all__ = ["register", "run_available_now", "compiled_spark_home", "BarrierKafkaError",
+           "InvalidOptionError"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # compiled_spark_home is imported on first use: ``python -m barrier_kafka.spark_home`` must
+    # find its module not imported yet, and the Python workers that import this package for its
+    # data sources never need it.
+    if name == "compiled_spark_home":
+        from barrier_kafka.spark_home import compiled_spark_home
+
+        return compiled_spark_home
+    raise AttributeError(f"module 'barrier_kafka' has no attribute {name!r}")
 
 
 def register(spark) -> None:
     """Register the barrier-kafka data sources with ``spark`` (runs on the driver).
 
     After this, ``spark.readStream.format("barrier-kafka")`` and the two-phase-commit sinks'
-    short names resolve. Idempotent: registering twice is harmless.
+    short names resolve. Idempotent: registering twice is harmless. Raises
+    :class:`~barrier_kafka.spark_home.SparkHomeError` when ``SPARK_HOME`` is a compiled Spark
+    home (:func:`compiled_spark_home`) built from a PySpark that has changed since.
     """
+    from barrier_kafka.spark_home import check_current
+
+    check_current()
     for cls in data_sources():
         spark.dataSource.register(cls)

@@ -15,6 +15,10 @@ unless ``--max-partitions`` says otherwise):
   -> two-phase-commit Kafka sink.
 * ``eo per-record``: barrier-kafka source -> keyed running count emitting one row per record
   (``RunningCount``, the demo's operator) -> two-phase-commit Kafka sink.
+* ``--spark-home compiled`` (the default) starts the session from
+  :func:`barrier_kafka.compiled_spark_home`, as docs/operations.md recommends, so PySpark's
+  Python workers import PySpark as bytecode; ``installed`` from the Spark home as installed.
+  Spark's own pipeline starts no Python worker: only the exactly-once ones can gain.
 * with ``--variants``, also ``... lean`` (the input narrowed to the columns read) and ``...
   arrow`` (``keyed_process(..., records_format="arrow")``: each key's records as a pyarrow
   RecordBatch, same functions).
@@ -51,6 +55,7 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from barrier_kafka.spark_home import compiled_spark_home, source_home  # noqa: E402
 from barrier_ops.function import KeyedProcessFunction  # noqa: E402
 from benchmarks.bench_sink import make_topic  # noqa: E402
 from benchmarks.bench_source import spark_with_kafka_connector  # noqa: E402
@@ -331,6 +336,10 @@ def main() -> int:
                         help="the barrier-kafka source's maxPartitions (tasks reading a batch); "
                              "-1: the session's cores (defaultParallelism), 0: unset (one task "
                              "per Kafka partition, as Spark's own source)")
+    parser.add_argument("--spark-home", choices=("compiled", "installed"), default="compiled",
+                        help="start the session from the compiled Spark home (Python workers "
+                             "import PySpark as bytecode, barrier_kafka.compiled_spark_home) or "
+                             "the installed one")
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help=f"comma-separated, of {VARIANTS + EXTRA_VARIANTS}")
     args = parser.parse_args()
@@ -340,6 +349,8 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown variants {unknown}; choose from {VARIANTS + EXTRA_VARIANTS}")
 
+    os.environ["SPARK_HOME"] = str(compiled_spark_home() if args.spark_home == "compiled"
+                                   else source_home())
     spark = spark_with_kafka_connector("bench-pipeline", shuffle_partitions=SHUFFLE_PARTITIONS)
     max_partitions = (spark.sparkContext.defaultParallelism if args.max_partitions < 0
                       else args.max_partitions)
@@ -380,6 +391,7 @@ def main() -> int:
           f"{args.parallelism or SHUFFLE_PARTITIONS}); "
           "barrier-kafka maxPartitions "
           f"{max_partitions or 'unset'}; "
+          f"{args.spark_home} Spark home; "
           f"load average {os.getloadavg()[0]:.1f}")
     print("'vs native' compares whole runs (query start to the last count visible); "
           "'after start' the same runs from their first trigger on (see run_split)")

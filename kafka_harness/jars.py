@@ -14,6 +14,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from barrier_kafka.spark_home import default_cache_dir
+
 logger = logging.getLogger(__name__)
 
 KAFKA_VERSION = os.environ.get("BARRIER_KAFKA_VERSION", "4.1.1")
@@ -29,9 +31,9 @@ class JarFetchError(RuntimeError):
 
 
 def cache_root() -> Path:
-    """Folder that holds downloaded jars; ``BARRIER_KAFKA_CACHE`` overrides the default."""
-    default = Path.home() / ".cache" / "barrier-kafka"
-    return Path(os.environ.get("BARRIER_KAFKA_CACHE", default))
+    """Folder that holds downloaded jars; ``BARRIER_KAFKA_CACHE`` overrides the default (the
+    library's cache, :func:`barrier_kafka.spark_home.default_cache_dir`)."""
+    return default_cache_dir()
 
 
 def require_java() -> str:

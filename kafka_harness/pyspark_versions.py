@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import Tuple
 
+from kafka_harness.jars import cache_root
+
 logger = logging.getLogger(__name__)
 
 # The newest patch release of each older minor version CI checks (the newest minor runs the
@@ -30,11 +32,6 @@ INSTALL_TIMEOUT_S = 900
 
 class EnvironmentBuildError(RuntimeError):
     """pip could not build the environment; the message has pip's output."""
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("BARRIER_KAFKA_CACHE",
-                               Path.home() / ".cache" / "barrier-kafka"))
 
 
 def environment_python(version: str) -> str:

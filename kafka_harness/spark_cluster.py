@@ -37,10 +37,10 @@ def _free_port() -> int:
 
 def spark_home() -> str:
     """The installed PySpark's Spark home, or the tests' compiled copy of it when the pytest
-    plugin set ``SPARK_HOME`` to that (:mod:`kafka_harness.compiled_spark_home`)."""
-    from kafka_harness.compiled_spark_home import home_path, installed_home
+    plugin set ``SPARK_HOME`` to that (:func:`barrier_kafka.compiled_spark_home`)."""
+    from barrier_kafka.spark_home import home_path, installed_home
 
-    compiled = str(home_path())
+    compiled = str(home_path(installed_home()))
     return compiled if os.environ.get("SPARK_HOME") == compiled else str(installed_home())
 
 
