@@ -19,6 +19,8 @@ unless ``--max-partitions`` says otherwise):
   :func:`barrier_kafka.compiled_spark_home`, as docs/operations.md recommends, so PySpark's
   Python workers import PySpark as bytecode; ``installed`` from the Spark home as installed.
   Spark's own pipeline starts no Python worker: only the exactly-once ones can gain.
+* the library's modules are compiled first (:mod:`kafka_harness.bytecode`), as a pip install of
+  the wheel has them, whatever ``PYTHONDONTWRITEBYTECODE`` says.
 * with ``--variants``, also ``... lean`` (the input narrowed to the columns read) and ``...
   arrow`` (``keyed_process(..., records_format="arrow")``: each key's records as a pyarrow
   RecordBatch, same functions).
@@ -61,6 +63,7 @@ from benchmarks.bench_sink import make_topic  # noqa: E402
 from benchmarks.bench_source import spark_with_kafka_connector  # noqa: E402
 from benchmarks import process_cpu  # noqa: E402
 from benchmarks.visibility import StableOffsetLog, final_count_offsets  # noqa: E402
+from kafka_harness.bytecode import compile_library  # noqa: E402
 
 VARIANTS = ("native", "eo per-key", "eo per-record")
 #: ``--variants`` may add these: the same pipelines with the input narrowed to the columns the
@@ -349,6 +352,7 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown variants {unknown}; choose from {VARIANTS + EXTRA_VARIANTS}")
 
+    compile_library()
     os.environ["SPARK_HOME"] = str(compiled_spark_home() if args.spark_home == "compiled"
                                    else source_home())
     spark = spark_with_kafka_connector("bench-pipeline", shuffle_partitions=SHUFFLE_PARTITIONS)

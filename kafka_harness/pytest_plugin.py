@@ -13,6 +13,7 @@ import pytest
 
 from barrier_kafka.spark_home import SparkHomeError, compiled_spark_home
 from kafka_harness import jvm_startup
+from kafka_harness.bytecode import compile_library
 from kafka_harness.broker import KafkaBroker
 from kafka_harness.s3 import S3Server
 from kafka_harness.spark import build_spark
@@ -34,9 +35,11 @@ def pytest_sessionstart(session):
     from a Spark home whose Python workers import PySpark as bytecode
     (:func:`barrier_kafka.compiled_spark_home`; unless ``SPARK_HOME`` is set), map one class
     archive and compile with the JIT's first tier (:mod:`kafka_harness.jvm_startup`); the home
-    and the archive are written on the first run on a machine."""
+    and the archive are written on the first run on a machine. The library's bytecode is
+    written first (:mod:`kafka_harness.bytecode`), so no worker compiles the library."""
     import time
 
+    compile_library()
     if not os.environ.get("SPARK_HOME"):
         try:
             os.environ["SPARK_HOME"] = str(compiled_spark_home())
