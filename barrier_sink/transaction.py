@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 import logging
 from dataclasses import asdict, dataclass, field
-from typing import Dict, Iterable, List, Optional
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional
 
 from barrier_core.exceptions import BrokerUnreachableError
 from barrier_core.kafka_clients import kafka_client
@@ -29,8 +29,10 @@ from barrier_sink import kip939, producer_reuse
 from barrier_sink.committer import SinkCommitter
 from barrier_sink.exceptions import RecordsNotWrittenError
 from barrier_sink.producer_flush import flush_through_splits
-from barrier_sink.record_appender import RecordAppender
 from barrier_sink.producer_reuse import discard as _close_quietly
+
+if TYPE_CHECKING:  # imported where a writer opens: numpy is for the executors only
+    from barrier_sink.record_appender import RecordAppender
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +159,7 @@ class TransactionalWriter:
         self._producer = None
         self._records = 0
         self._failures: List[BaseException] = []  # appended by the producer's I/O thread
-        self._appender: Optional[RecordAppender] = None
+        self._appender: Optional["RecordAppender"] = None
 
     def open(self) -> "TransactionalWriter":
         self._producer = producer_reuse.acquire(self._conf)
@@ -168,6 +170,10 @@ class TransactionalWriter:
             self._producer = None
             raise
         self._producer.begin_transaction()
+        # Here, not at module level: the driver's sink workers load this module to recover and
+        # commit, and the appender's numpy costs each of them about 55 ms to import.
+        from barrier_sink.record_appender import RecordAppender
+
         self._appender = RecordAppender(self._producer, self._failures.append)
         return self
 

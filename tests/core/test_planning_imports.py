@@ -8,7 +8,8 @@ name no Kafka client setting; translating the sink's options does not import it 
 source's planner, the sink's writer worker, which checks the brokers' transaction timeout at
 start, and its commit worker do talk to Kafka, and executors' readers and writers create
 clients, so they import it anyway.) The step that only asks for the schema does not load the
-reader either, nor numpy with it (about 55 ms). Each step is checked for what it loads beyond
+reader either, nor numpy with it (about 55 ms); nor does loading the sink's writer, which the
+sink's planner and commit worker do. Each step is checked for what it loads beyond
 PySpark's own ``pyspark.sql.datasource``, which loads numpy itself on PySpark 4.0 and 4.1.
 """
 
@@ -39,6 +40,8 @@ def _loaded_after(step: str) -> list:
             source.schema()
         elif step == "reader":
             source.streamReader(source.schema())
+        elif step == "sink writer class":
+            from barrier_sink.kafka_sink import KafkaTwoPhaseCommitWriter
         else:
             from barrier_sink.options import KafkaSinkOptions
             KafkaSinkOptions.from_options({SINK!r})
@@ -55,6 +58,12 @@ def test_defining_and_planning_a_query_does_not_import_kafka_python(step):
 
 def test_asking_for_the_schema_loads_neither_the_reader_nor_numpy():
     assert _loaded_after("schema") == []
+
+
+def test_the_sinks_driver_workers_load_no_numpy():
+    # The sink's planner and its commit worker load the writer's module to recover and commit;
+    # numpy (about 55 ms a process) is for the executors' record encoding only.
+    assert "numpy" not in _loaded_after("sink writer class")
 
 
 def test_kafka_settings_are_still_checked_and_typed_against_kafka_python():
