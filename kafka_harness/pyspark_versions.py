@@ -11,12 +11,10 @@ marker file, so a half-built one (interrupted download) is rebuilt, never used.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 from typing import Tuple
 
 from kafka_harness.jars import cache_root
