@@ -171,10 +171,14 @@ def check_current(spark_home: Optional[PathLike] = None) -> None:
 
 
 def _built_from(home: Path) -> Optional[dict]:
+    """What a compiled home records of its source, or None for any other folder (a home writes
+    it before it is renamed into place, so a complete one always has it)."""
     try:
-        return json.loads(home.joinpath(_SOURCE_FILE).read_text())
+        recorded = json.loads(home.joinpath(_SOURCE_FILE).read_text())
     except (OSError, ValueError):
         return None
+    keys = ("source", "zip_size", "zip_mtime_ns")
+    return recorded if isinstance(recorded, dict) and all(k in recorded for k in keys) else None
 
 
 def _zip_stamp(source: Path) -> Optional[dict]:

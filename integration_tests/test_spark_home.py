@@ -125,6 +125,14 @@ def test_an_upgraded_pyspark_gets_a_new_home_and_the_old_one_is_refused(fake, mo
     spark_home.check_current()  # a plain Spark home always passes
 
 
+def test_a_folder_with_an_unreadable_source_file_is_not_taken_for_a_compiled_home(fake, tmp_path):
+    other = tmp_path / "other-spark"
+    other.mkdir()
+    (other / "BARRIER_KAFKA_SOURCE.json").write_text('{"source": "/x"}')  # no zip stamp
+    spark_home.check_current(other)  # passes: not one of ours
+    assert spark_home.source_home() == fake
+
+
 def test_a_home_without_pyspark_zip_is_refused_with_the_reason(fake):
     os.remove(fake / "python" / "lib" / "pyspark.zip")
     with pytest.raises(SparkHomeError, match="no python/lib/pyspark.zip in the Spark home"):
