@@ -13,6 +13,7 @@ from typing import List, Type
 from pyspark.sql.datasource import DataSource
 
 from barrier_core.schema import source_schema
+from barrier_core.jar_archives import keep_jar_directories
 from barrier_core.worker_heap import freeze_in_python_worker
 from barrier_source.options import SourceOptions
 
@@ -74,6 +75,7 @@ def _writer_ready(writer):
     user's own process)."""
     writer.recover_once()
     freeze_in_python_worker()
+    keep_jar_directories()
     return writer
 
 

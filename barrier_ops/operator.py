@@ -41,6 +41,7 @@ from barrier_ops.options import EXACTLY_ONCE, RECORDS_ARROW, RECORDS_PANDAS, Ope
 from barrier_ops.output_rows import CONTROL_COLUMNS
 from barrier_ops.packed_rows import PACKED_ROW_RECORDS, packable, packed_schema, unpack
 from barrier_core.schema import KIND_ACK, KIND_RECORD
+from barrier_core.jar_archives import keep_jar_directories
 from barrier_core.worker_heap import freeze_long_lived_objects
 
 logger = logging.getLogger(__name__)
@@ -169,6 +170,7 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
 
     def run_key_group(key, pdfs, state):
         freeze_long_lived_objects()
+        keep_jar_directories()
         blob = state.get[0] if state.exists else None
         group = int(key[0]) if parallelism is None else index_of[int(key[0])]
         out, blob = run(opts, kfn, key_col, user_columns, group, blob, pdfs,

@@ -36,6 +36,7 @@ from barrier_core.schema import KIND_ACK, KIND_BARRIER, KIND_RECORD, channel_nam
 from barrier_sink.messages import SinkCommitMessage
 from barrier_sink.shared_storage import require_shared_storage
 from barrier_core.faults import FaultPoint, fault_point
+from barrier_core.jar_archives import keep_jar_directories
 
 logger = logging.getLogger(__name__)
 
@@ -144,6 +145,7 @@ class TwoPhaseCommitWriter(_StreamWriterBase, ABC):
         the handles, barriers and acks for the driver (executor). ``iterator`` yields Arrow
         record batches (PySpark >= 4.1) or Rows (PySpark 4.0)."""
         started = time.perf_counter()
+        keep_jar_directories()
         batch_id, partition_id, attempt = current_task()
         txns: Dict[Optional[int], Any] = {}
         message = SinkCommitMessage(batch_id, partition_id)

@@ -31,6 +31,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from barrier_core.completed_offsets import read_completed_offsets
 from barrier_core.exceptions import (BarrierKafkaError, InvalidOptionError,
                                      OffsetOutOfRangeError)
+from barrier_core.jar_archives import keep_jar_directories
 from barrier_core.kafka_config import client_config
 from barrier_core.schema import split_channel
 from barrier_source.kafka_metadata import KafkaMetadata
@@ -502,6 +503,7 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         """Yield ``pyarrow.RecordBatch``es: the range's records with barrier rows in place; for a
         :class:`~barrier_source.range_groups.KafkaRangeGroup` (``maxPartitions``), each of its
         ranges so in turn. Runs on the executor."""
+        keep_jar_directories()
         if isinstance(partition, KafkaRangeGroup):
             for one in partition.ranges:
                 yield from self._read_range(one)

@@ -32,6 +32,7 @@ COMPAT_SELECTION = [
     "integration_tests/test_packed_output.py",
     "integration_tests/test_arrow_records.py",
     "integration_tests/test_key_group_ranges.py",
+    "integration_tests/test_jar_archives.py",
     "integration_tests/test_pyspark_versions.py::test_exactly_once_with_a_kill_on_this_pyspark",
 ]
 VERSIONS = [v.strip() for v in os.environ.get("BARRIER_KAFKA_PYSPARK_VERSIONS",
