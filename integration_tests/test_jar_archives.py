@@ -10,27 +10,15 @@ import json
 
 def _probe(_):
     """Executor: the jar importers of this worker and the archives one invalidation reads."""
-    import importlib
     import sys
     import zipimport
 
     import barrier_core  # noqa: F401 - what every task of the source, operator and sinks loads
+    from tests.core.jar_reads import archives_read_on_invalidation
 
     jars = {path: type(finder).__name__ for path, finder in sys.path_importer_cache.items()
             if isinstance(finder, zipimport.zipimporter) and finder.archive.endswith(".jar")}
-    reads = []
-    original = zipimport._read_directory
-
-    def counted(archive):
-        reads.append(archive)
-        return original(archive)
-
-    zipimport._read_directory = counted
-    try:
-        importlib.invalidate_caches()
-    finally:
-        zipimport._read_directory = original
-    yield json.dumps({"jars": jars, "reads": reads})
+    yield json.dumps({"jars": jars, "reads": archives_read_on_invalidation()})
 
 
 def test_a_worker_with_barrier_core_loaded_reads_no_jar_on_invalidation(spark):

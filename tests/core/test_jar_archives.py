@@ -7,23 +7,21 @@ with it, 0.70x without)."""
 from __future__ import annotations
 
 import json
+import os
 import zipfile
 
 from tests.core.fresh_interpreter import run_python
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 _INVALIDATE_AND_COUNT = """
-    import importlib, json, pkgutil, sys, zipimport
+    import json, pkgutil, sys, zipimport
     sys.path[:0] = [{jar!r}, {egg!r}]
     import in_the_jar, in_the_zip     # zipimporters for both, as a worker's first imports make
     {imports}
-    reads = []
-    original = zipimport._read_directory
-    def counted(archive):
-        reads.append(archive)
-        return original(archive)
-    zipimport._read_directory = counted
-    importlib.invalidate_caches()     # what PySpark 4.0/4.1 run before every task
-    importlib.invalidate_caches()
+    sys.path.append({root!r})                   # this repository, for the helper below
+    from tests.core.jar_reads import archives_read_on_invalidation
+    reads = archives_read_on_invalidation(2)   # what PySpark 4.0/4.1 run before every task
     import also_in_the_jar
     print(json.dumps({{
         "reads": reads,
@@ -52,8 +50,8 @@ def _archives(tmp_path):
 
 def _run(tmp_path, imports):
     jar, egg = _archives(tmp_path)
-    return jar, egg, json.loads(run_python(_INVALIDATE_AND_COUNT.format(jar=jar, egg=egg,
-                                                                         imports=imports)))
+    code = _INVALIDATE_AND_COUNT.format(jar=jar, egg=egg, root=ROOT, imports=imports)
+    return jar, egg, json.loads(run_python(code))
 
 
 def test_with_barrier_core_loaded_a_jar_is_not_read_again(tmp_path):
