@@ -163,10 +163,10 @@ class TwoPhaseCommitWriter(_StreamWriterBase, ABC):
         try:
             for item in clock.timed_iter(iterator, "input_wait_ms"):
                 with clock.measure("write_ms"):
-                    if hasattr(item, "num_rows"):
-                        self._write_arrow(item, txn_of, message)
+                    if isinstance(item, tuple):   # a Row (PySpark 4.0); ``hasattr`` on a Row
+                        self._write_row(item, txn_of, message)   # raises and formats an error
                     else:
-                        self._write_row(item, txn_of, message)
+                        self._write_arrow(item, txn_of, message)
             if txns:
                 fault_point(FaultPoint.TASK_WRITE)
             for epoch in sorted(txns, key=lambda e: (e is None, e or 0)):
