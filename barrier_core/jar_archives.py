@@ -4,12 +4,13 @@ once per task (executors, driver planner workers, driver commit worker).
 PySpark puts jars on every Python worker's ``sys.path``, ahead of site-packages: spark-core's
 (about 6,000 entries, always there) and those of ``--jars`` / ``--packages``. Python imports
 from a jar through a ``zipimport.zipimporter`` kept in ``sys.path_importer_cache``, created the
-first time an import looks past that entry. PySpark begins every task a reused worker runs with
-``importlib.invalidate_caches()`` (``pyspark.worker_util.setup_spark_files``), and a
-zipimporter's ``invalidate_caches`` reads its archive's whole central directory again, in pure
-Python: 31 ms for spark-core's jar and 20 ms for kafka-clients' on this machine, 43-150 ms per
-task in the workers of ``benchmarks/bench_pipeline.py``, several tasks a micro-batch. Spark's
-own pipeline, which runs no Python, pays none of it.
+first time an import looks past that entry. PySpark 4.0 and 4.1 begin every task a reused
+worker runs with ``importlib.invalidate_caches()`` (``pyspark.worker_util.setup_spark_files``;
+4.2 and later only when the task adds a file to the path), and a zipimporter's
+``invalidate_caches`` reads its archive's whole central directory again, in pure Python: 31 ms
+for spark-core's jar and 20 ms for kafka-clients' on this machine, 43-150 ms per task in the
+workers of ``benchmarks/bench_pipeline.py``, several tasks a micro-batch. Spark's own pipeline,
+which runs no Python, pays none of it.
 
 :func:`keep_jar_directories` swaps each such importer of a ``.jar`` for a
 :class:`JarImporter`: the same archive, the same prefix, the same directory (zipimport's own
