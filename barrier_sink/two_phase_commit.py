@@ -28,8 +28,14 @@ from typing import Any, Dict, Iterator, List, Optional
 
 try:  # PySpark >= 4.1: tasks get Arrow record batches, no Row per record
     from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
-except ImportError:  # PySpark 4.0: tasks get Rows
-    from pyspark.sql.datasource import DataSourceStreamWriter as _StreamWriterBase
+except ImportError:  # PySpark 4.0
+    from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamWriter
+
+    class _StreamWriterBase(DataSourceStreamWriter, DataSourceArrowWriter):  # type: ignore
+        """A stream writer that PySpark 4.0 hands Arrow record batches: its write worker
+        (``pyspark.sql.worker.write_into_data_source``) checks for ``DataSourceArrowWriter``
+        whether the write is streaming or not, and converts every other writer's batches into
+        one ``Row`` per record first. 4.0 has no ``DataSourceStreamArrowWriter``."""
 
 from barrier_core.barrier_message import SinkBarrier
 from barrier_core.schema import KIND_ACK, KIND_BARRIER, KIND_RECORD, channel_name
@@ -143,7 +149,7 @@ class TwoPhaseCommitWriter(_StreamWriterBase, ABC):
     def write(self, iterator: Iterator) -> SinkCommitMessage:
         """Write one task's rows: one transaction per epoch, pre-committed at the end; returns
         the handles, barriers and acks for the driver (executor). ``iterator`` yields Arrow
-        record batches (PySpark >= 4.1) or Rows (PySpark 4.0)."""
+        record batches; Rows are accepted too (a PySpark build that converts them first)."""
         started = time.perf_counter()
         keep_jar_directories()
         batch_id, partition_id, attempt = current_task()
@@ -163,8 +169,8 @@ class TwoPhaseCommitWriter(_StreamWriterBase, ABC):
         try:
             for item in clock.timed_iter(iterator, "input_wait_ms"):
                 with clock.measure("write_ms"):
-                    if isinstance(item, tuple):   # a Row (PySpark 4.0); ``hasattr`` on a Row
-                        self._write_row(item, txn_of, message)   # raises and formats an error
+                    if isinstance(item, tuple):   # a Row; ``hasattr`` on a Row raises and
+                        self._write_row(item, txn_of, message)   # formats an error
                     else:
                         self._write_arrow(item, txn_of, message)
             if txns:
