@@ -91,5 +91,16 @@ class ArrowKeyRows:
     def __init__(self, rows: pd.DataFrame, types: Mapping[str, Optional[object]]) -> None:
         self._batch = to_record_batch(rows, types)
 
+    @classmethod
+    def taken(cls, batch, positions) -> "ArrowKeyRows":
+        """Rows ``positions`` of ``batch`` (a record batch made from the frame the positions
+        index, :func:`to_record_batch`), key by key (:func:`~barrier_ops.input_events.key_order`):
+        a range of key groups converts its frame once and each key group takes its rows."""
+        import pyarrow as pa
+
+        out = cls.__new__(cls)
+        out._batch = batch.take(pa.array(positions))
+        return out
+
     def __call__(self, a: int, b: int):
         return self._batch.slice(a, b - a)

@@ -170,10 +170,18 @@ def group_by_key(frame: pd.DataFrame, positions: np.ndarray,
     """Rows ``positions`` of ``frame`` in one copy (index ``0 .. n - 1``), reordered so each key's
     rows are contiguous (stable); the keys in order of first appearance (a null key is one key);
     and the bounds: key ``i`` owns rows ``bounds[i]:bounds[i+1]``."""
+    grouped, keys, bounds = key_order(frame, positions, key_col)
+    return RowSlice(frame, grouped).rows(), keys, bounds
+
+
+def key_order(frame: pd.DataFrame, positions: np.ndarray,
+              key_col: str) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`group_by_key` without the copy: ``positions`` reordered so each key's rows are
+    contiguous (stable), the keys in order of first appearance and their bounds."""
     codes, keys = pd.factorize(frame[key_col].to_numpy()[positions], use_na_sentinel=False)
     order = np.argsort(codes, kind="stable")
     bounds = np.r_[0, np.cumsum(np.bincount(codes, minlength=len(keys)))]
-    return RowSlice(frame, positions[order]).rows(), keys, bounds
+    return positions[order], keys, bounds
 
 
 class KeyRows:

@@ -18,10 +18,11 @@ import numpy as np
 import pandas as pd
 from pyspark.sql.types import BinaryType, StructField, StructType
 
+from barrier_ops.arrow_records import to_record_batch
 from barrier_ops.exceptions import InvalidOptionError
 from barrier_ops.input_events import RowSlice
 from barrier_ops.keygroups import operator_index
-from barrier_ops.options import OperatorOptions
+from barrier_ops.options import RECORDS_ARROW, OperatorOptions
 from barrier_ops.output_rows import OutputRows
 from barrier_ops.runtime import KeyGroupRuntime
 from barrier_ops.snapshot_uploads import SnapshotUploads
@@ -82,6 +83,21 @@ def _batch_frame(frames: Iterable[pd.DataFrame], drop: str) -> pd.DataFrame:
     return pdf
 
 
+def _by_key_group(pdf: pd.DataFrame) -> Tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """A range's rows in one copy without ``__kg``, each key group's rows together in batch
+    order (a stable sort), its key groups ascending and their bounds: key group ``groups[i]``
+    owns rows ``bounds[i]:bounds[i+1]``. One copy of the range is cheaper than one per key
+    group: a frame's ``take`` costs about as much per column as per row at a key group's size."""
+    kgs = pdf[KEY_GROUP_COLUMN].to_numpy()
+    order = np.argsort(kgs, kind="stable")
+    del pdf[KEY_GROUP_COLUMN]
+    rows = RowSlice(pdf, order).rows()
+    sorted_kgs = kgs[order]
+    starts = np.flatnonzero(np.r_[True, sorted_kgs[1:] != sorted_kgs[:-1]]) if len(order) \
+        else np.empty(0, dtype=np.int64)
+    return rows, sorted_kgs[starts], np.r_[starts, len(order)]
+
+
 def run_batch(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: List[str],
               key_group: int, blob: Optional[bytes], frames: Iterable[pd.DataFrame],
               batch_time_ms: int, pack: Optional[int] = None,
@@ -97,10 +113,23 @@ def run_batch(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: L
     "arrow" (:func:`~barrier_ops.arrow_records.arrow_record_types`). ``uploads``: where the
     key group's snapshot uploads and acknowledgements go when the caller finishes them
     (:meth:`KeyGroupRuntime.process_batch`)."""
+    return _run_rows(opts, fn, key_col, user_columns, key_group, blob,
+                     _batch_frame(frames, KEY_GROUP_COLUMN), batch_time_ms, pack, time_zone,
+                     record_types, uploads)
+
+
+def _run_rows(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: List[str],
+              key_group: int, blob: Optional[bytes], pdf: pd.DataFrame, batch_time_ms: int,
+              pack: Optional[int], time_zone: Optional[str], record_types: Optional[dict],
+              uploads: Optional[SnapshotUploads],
+              output: Optional[OutputRows] = None,
+              records_batch=None) -> Tuple[Optional[pd.DataFrame], bytes]:
+    """:func:`run_batch` on the key group's rows ``pdf`` (no ``__kg`` column; any index); with
+    ``output``, the output rows go there and None is returned in their place;
+    ``records_batch``: ``pdf`` as Arrow (:meth:`KeyGroupRuntime.process_batch`)."""
     runtime = load_runtime(blob) if blob is not None else KeyGroupRuntime.create(opts, key_group)
-    pdf = _batch_frame(frames, KEY_GROUP_COLUMN)
     out = runtime.process_batch(opts, fn, key_col, user_columns, pdf, batch_time_ms, pack,
-                                time_zone, record_types, uploads)
+                                time_zone, record_types, uploads, output, records_batch)
     return out, pickle.dumps(runtime, protocol=4)
 
 
@@ -131,28 +160,20 @@ def run_range(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: L
                 then=f"max_parallelism={then[0]}, parallelism={then[1]}",
                 now=f"max_parallelism={now[0]}, parallelism={now[1]}"))
         values = state["key_groups"]
-    pdf = _batch_frame(frames, RANGE_COLUMN)
-    groups = pdf[KEY_GROUP_COLUMN].to_numpy()
-    outputs, out = [], None
+    pdf, groups, bounds = _by_key_group(_batch_frame(frames, RANGE_COLUMN))
+    output = OutputRows(user_columns)   # one frame for the range, not one a key group
+    # records as Arrow: the range's rows converted once, not once a key group
+    records = (to_record_batch(pdf, record_types or {})
+               if opts.records_format == RECORDS_ARROW and len(pdf) else None)
     with SnapshotUploads() as uploads:
-        for kg in np.unique(groups).tolist():
+        for kg, a, b in zip(groups.tolist(), bounds[:-1].tolist(), bounds[1:].tolist()):
             if operator_index(kg, opts.max_parallelism, opts.parallelism) != index:
                 raise ValueError(f"key group {kg} is not in range {index} of "
                                  f"{opts.parallelism} (max_parallelism {opts.max_parallelism})")
-            rows = RowSlice(pdf, np.flatnonzero(groups == kg)).rows()
-            out, values[kg] = run_batch(opts, fn, key_col, user_columns, kg, values.get(kg),
-                                        [rows], batch_time_ms, pack, time_zone, record_types,
-                                        uploads)
-            if len(out):
-                outputs.append(out)
-        if len(uploads):
-            acks = OutputRows(user_columns)
-            uploads.finish(acks)
-            outputs.append(acks.frame() if pack is None else acks.packed_frame(pack, time_zone))
-    if len(outputs) > 1:
-        with warnings.catch_warnings():   # a key group's control rows hold no user values
-            warnings.simplefilter("ignore", FutureWarning)
-            out = pd.concat(outputs, ignore_index=True)
-    elif outputs:
-        out = outputs[0]   # else the last key group's empty output
+            _, values[kg] = _run_rows(opts, fn, key_col, user_columns, kg, values.get(kg),
+                                      pdf.iloc[a:b], batch_time_ms, pack, time_zone,
+                                      record_types, uploads, output,
+                                      None if records is None else records.slice(a, b - a))
+        uploads.finish(output)
+    out = output.frame() if pack is None else output.packed_frame(pack, time_zone)
     return out, pickle.dumps({"layout": layout, "key_groups": values}, protocol=4)

@@ -30,7 +30,7 @@ import pandas as pd
 from barrier_core.ack import AckMetrics, Acknowledgement, offsets_by_topic
 from barrier_ops.arrow_records import ArrowKeyRows
 from barrier_ops.function import KeyedProcessFunction, rows_to_tuples
-from barrier_ops.input_events import KeyRows, build_events, gather, group_by_key
+from barrier_ops.input_events import KeyRows, build_events, gather, group_by_key, key_order
 from barrier_ops.output_rows import OutputRows
 from barrier_ops.options import AT_LEAST_ONCE, RECORDS_ARROW, OperatorOptions
 from barrier_ops.snapshots import (IncrementalSnapshots, decode_full_state, encode_full, fold,
@@ -106,7 +106,9 @@ class KeyGroupRuntime:
                       pack: Optional[int] = None,
                       time_zone: Optional[str] = None,
                       record_types: Optional[dict] = None,
-                      uploads: Optional[SnapshotUploads] = None) -> pd.DataFrame:
+                      uploads: Optional[SnapshotUploads] = None,
+                      output: Optional[OutputRows] = None,
+                      records_batch=None) -> Optional[pd.DataFrame]:
         """Handle the rows one micro-batch delivered to this key group; return the output, one
         row per output row, or packed up to ``pack`` records a row, timestamps converted in
         ``time_zone`` (the session's; :meth:`~barrier_ops.output_rows.OutputRows.packed_frame`).
@@ -117,14 +119,19 @@ class KeyGroupRuntime:
         Snapshots are uploaded in the background (:mod:`barrier_ops.snapshot_uploads`). Without
         ``uploads`` this call waits for them and its output ends with their acknowledgements;
         with it, the caller does (:meth:`SnapshotUploads.finish`), so the uploads of several
-        key groups overlap."""
+        key groups overlap. With ``output`` the rows are added to it and None is returned: the
+        caller builds one frame for several key groups (``pack`` and ``time_zone`` unused).
+        ``records_batch``: ``pdf`` already converted (:func:`~barrier_ops.arrow_records.to_record_batch`,
+        row ``i`` of one is row ``i`` of the other), for records as Arrow; each key group of a
+        range then takes its records from the range's one conversion."""
         own_uploads = uploads is None
         self._uploads = SnapshotUploads() if own_uploads else uploads
         self._opts, self._fn, self._key_col = opts, fn, key_col
         self._record_types = record_types or {}
         self._topic = output_topic(opts.operator_id)
         self._user_columns, self._now_ms = user_columns, batch_time_ms
-        self._out = OutputRows(user_columns)
+        self._pdf, self._records_batch = pdf, records_batch
+        self._out = OutputRows(user_columns) if output is None else output
         self._backend = None
         try:
             kind = pdf["kind"].to_numpy()
@@ -155,6 +162,8 @@ class KeyGroupRuntime:
             self._process_segment(segment)
             if own_uploads:
                 self._uploads.finish(self._out)                               # step 6
+            if output is not None:
+                return None
             return (self._out.frame() if pack is None
                     else self._out.packed_frame(pack, time_zone))
         except BaseException:
@@ -163,7 +172,7 @@ class KeyGroupRuntime:
             raise
         finally:
             del self._opts, self._fn, self._key_col, self._user_columns, self._now_ms
-            del self._record_types, self._topic
+            del self._record_types, self._topic, self._pdf, self._records_batch
             del self._out, self._backend, self._uploads
 
     # ------------------------------------------------------------------ GroupState value
@@ -196,12 +205,19 @@ class KeyGroupRuntime:
         if not segment:
             return
         self._store_changes()
-        rows, keys, bounds = group_by_key(*gather(segment), self._key_col)
-        latest = _LatestTimestamp(rows)
-        if self._opts.records_format == RECORDS_ARROW:
-            key_rows = ArrowKeyRows(rows, self._record_types)
+        frame, positions = gather(segment)
+        if self._records_batch is not None and frame is self._pdf:   # this batch's rows
+            grouped, keys, bounds = key_order(frame, positions, self._key_col)
+            key_rows = ArrowKeyRows.taken(self._records_batch, grouped)
+            latest = _LatestTimestamp(frame["timestamp"].take(grouped)
+                                      if "timestamp" in frame.columns else None)
         else:
-            key_rows = KeyRows(rows, len(keys))
+            rows, keys, bounds = group_by_key(frame, positions, self._key_col)
+            latest = _LatestTimestamp(rows["timestamp"] if "timestamp" in rows.columns else None)
+            if self._opts.records_format == RECORDS_ARROW:
+                key_rows = ArrowKeyRows(rows, self._record_types)
+            else:
+                key_rows = KeyRows(rows, len(keys))
         ranges = zip(bounds[:-1].tolist(), bounds[1:].tolist(), latest.of_ranges(bounds))
         for key, (a, b, ts) in zip(keys, ranges):
             if type(key) not in _PLAIN_KEYS:   # numpy scalars, NaN
@@ -211,7 +227,7 @@ class KeyGroupRuntime:
             ctx = KeyedContext(self.store, key, self.key_group, self.epoch, self._now_ms)
             out = self._fn.process_records(key, key_rows(a, b), ctx)
             self._emit_records(out, ts)
-        wm_ts = latest.between(0, len(rows))
+        wm_ts = latest.between(0, len(positions))
         if wm_ts is not None:
             wm = int(wm_ts.value // 1_000_000) - self._opts.watermark_delay_ms
             if self.store.watermark_ms is None or wm > self.store.watermark_ms:
@@ -293,10 +309,10 @@ class KeyGroupRuntime:
 
 
 class _LatestTimestamp:
-    """The latest ``timestamp`` of row ranges of one frame (None: no column or all null)."""
+    """The latest value of row ranges of one ``timestamp`` column (None: no column, or all
+    null); ranges are positions, whatever the column's index."""
 
-    def __init__(self, rows: pd.DataFrame) -> None:
-        col = rows["timestamp"] if "timestamp" in rows.columns else None
+    def __init__(self, col: Optional[pd.Series]) -> None:
         self._col = col
         self._i8 = None
         if col is not None and pd.api.types.is_datetime64_any_dtype(col.dtype):

@@ -104,6 +104,52 @@ def measure(records: int, keys: int, per_key: bool, batches: int, warmup: int,
     return statistics.median(kept), min(kept), rows
 
 
+def range_frame(batch: int, records: int, keys: int, key_groups: int) -> pd.DataFrame:
+    """The rows of one range of ``key_groups`` key groups (``keyed_process(parallelism=...)``):
+    each key group's :func:`key_group_frame` with its own keys, interleaved as the shuffle
+    delivers them (a fixed permutation), with the ``__kgr`` column of range 0."""
+    frames = []
+    for kg in range(key_groups):
+        f = key_group_frame(batch, records, keys)
+        f["key"] = [None if k is None else b"g%d:%s" % (kg, k) for k in f["key"]]
+        f["__kg"] = np.full(len(f), kg, "int32")
+        frames.append(f)
+    pdf = pd.concat(frames, ignore_index=True)
+    order = np.random.default_rng(batch).permutation(len(pdf))
+    pdf = pdf.take(order).reset_index(drop=True)
+    pdf["__kgr"] = np.zeros(len(pdf), "int32")
+    return pdf
+
+
+def measure_range(records: int, keys: int, key_groups: int, per_key: bool, batches: int,
+                  warmup: int):
+    """Median and best ms of ``run_range`` for one range of ``key_groups`` key groups (records
+    as Arrow, output packed), each key group ``records`` records of ``keys`` keys a batch."""
+    from barrier_core.schema import source_schema
+    from barrier_ops.arrow_records import arrow_record_types
+    from barrier_ops.examples.running_count import RunningCount
+    from barrier_ops.function import as_keyed_function
+    from barrier_ops.key_group_state import run_range
+    from barrier_ops.options import OperatorOptions
+    from benchmarks.bench_pipeline import LatestCount
+
+    types = arrow_record_types(source_schema())
+    fn = as_keyed_function(LatestCount() if per_key else RunningCount(), None)
+    frames = [range_frame(b, records, keys, key_groups) for b in range(batches)]
+    blob, times, rows = None, [], 0
+    with tempfile.TemporaryDirectory(prefix="bench-kg-") as snapshots:
+        opts = OperatorOptions("count", "file://" + snapshots, 2 * key_groups,
+                               records_format="arrow", parallelism=2)
+        for frame in frames:
+            started = time.perf_counter()
+            out, blob = run_range(opts, fn, "key", ["key", "value"], 0, blob, [frame], 0, 32,
+                                  "UTC", types)
+            times.append((time.perf_counter() - started) * 1000)
+            rows = len(out)
+    kept = times[warmup:]
+    return statistics.median(kept), min(kept), rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batches", type=int, default=60)
@@ -111,9 +157,29 @@ def main() -> int:
     parser.add_argument("--sizes", default="78x8,625x62,3125x62",
                         help="comma-separated RECORDSxKEYS[xSTATE] of one key group's batch "
                              "(STATE: the keys its state holds, default KEYS)")
+    parser.add_argument("--ranges", default="",
+                        help="comma-separated RECORDSxKEYSxGROUPS: also time run_range over "
+                             "GROUPS key groups of RECORDSxKEYS each (parallelism 2), e.g. "
+                             "625x62x8 for a 10,000-record batch of 997 keys")
     args = parser.parse_args()
     if args.batches <= args.warmup:
         parser.error("--batches must be larger than --warmup")
+    if args.ranges:
+        print(f"one range of key groups in-process (run_range, records as Arrow, output "
+              f"packed), {args.batches - args.warmup} calls after {args.warmup}; load average "
+              f"{os.getloadavg()[0]:.1f}")
+        print(f"{'records':>8} {'keys':>6} {'groups':>7} {'output':<11} {'median ms':>10} "
+              f"{'best ms':>8} {'out rows':>9}")
+        for size in args.ranges.split(","):
+            records, keys, groups = (int(x) for x in size.split("x"))
+            for per_key in (True, False):
+                med, best, rows = measure_range(records, keys, groups, per_key, args.batches,
+                                                args.warmup)
+                print(f"{records:>8} {keys:>6} {groups:>7} "
+                      f"{'per key' if per_key else 'per record':<11} {med:>10.2f} {best:>8.2f} "
+                      f"{rows:>9}")
+        if not args.sizes:
+            return 0
     print(f"one key group's micro-batch in-process (run_batch), {args.batches - args.warmup} "
           f"calls after {args.warmup}; load average {os.getloadavg()[0]:.1f}")
     print(f"{'records':>8} {'keys':>6} {'state':>7} {'output':<11} {'records as':<10} "

@@ -246,7 +246,7 @@ def test_barrier_channels_arrive_as_json_text_or_as_a_list():
 def test_latest_timestamps_of_all_ranges_equal_those_of_each_range(seed, kind):
     """The runtime boxes every key's latest timestamp at once (_LatestTimestamp.of_ranges); it
     must give what between() gives range by range: tz, NaT-only ranges (None), ties, columns
-    that are not datetimes or absent."""
+    that are not datetimes or absent, an index that is not 0 .. n - 1."""
     from barrier_ops.runtime import _LatestTimestamp
 
     rng = np.random.default_rng(seed)
@@ -261,11 +261,12 @@ def test_latest_timestamps_of_all_ranges_equal_those_of_each_range(seed, kind):
         column[rng.random(n) < 0.6] = pd.NaT
     elif kind == "object":
         column = column.astype(object)
-    rows = pd.DataFrame({"key": range(n)} if kind == "missing" else {"timestamp": column})
+    # ranges are positions: a key group of a range takes its rows with their labels kept
+    column.index = rng.permutation(n) + 1000
     cuts = np.sort(rng.choice(np.arange(1, n), size=min(n - 1, int(rng.integers(0, 10))),
                               replace=False)) if n > 1 else np.array([], dtype=np.int64)
     bounds = np.r_[0, cuts, n]
-    latest = _LatestTimestamp(rows)
+    latest = _LatestTimestamp(None if kind == "missing" else column)
     want = [latest.between(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
     got = latest.of_ranges(bounds)
     assert got == want

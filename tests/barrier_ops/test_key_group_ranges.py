@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import pickle
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
+
+from barrier_core.schema import source_schema
+from barrier_ops.arrow_records import arrow_record_types
 
 from barrier_ops.examples.word_count import CountPerKey
 from barrier_ops.exceptions import InvalidOptionError
@@ -53,30 +58,59 @@ def key_group_frames(batch):
     return frames
 
 
+class Seen(CountPerKey):
+    """CountPerKey that records each call's key and its records' offsets and timestamps."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def process_records(self, key, records, state):
+        if isinstance(records, pa.RecordBatch):
+            offsets = records.column("offset").to_pylist()
+            stamps = [pd.Timestamp(t) for t in records.column("timestamp").to_pylist()]
+        else:
+            offsets, stamps = records["offset"].tolist(), list(records["timestamp"])
+        self.calls.append((key, offsets, stamps))
+        return super().process_records(key, records, state)
+
+
+@pytest.mark.parametrize("records_format", ["pandas", "arrow"])
 @pytest.mark.parametrize("seed", range(6))
-def test_a_range_runs_each_key_group_as_it_runs_alone(seed, tmp_path):
+def test_a_range_runs_each_key_group_as_it_runs_alone(seed, records_format, tmp_path):
+    """The range is cut into its key groups by one sort, converted to Arrow once (records as
+    Arrow) and its output built in one frame; each key group still gets the same calls,
+    records, snapshots and output as when it runs alone, whatever order its rows arrive in."""
     script = make_script(seed, partitions=3, records=40, checkpoints=3, batches=4,
                          keys="abcdefghij")
     alone_backend, ranged_backend = (FilesystemStateBackend(str(tmp_path / name), fsync=False)
                                      for name in ("alone", "ranged"))
-    alone = OperatorOptions("count", alone_backend, MAXP)
-    ranged = OperatorOptions("count", ranged_backend, MAXP, parallelism=3)
+    alone = OperatorOptions("count", alone_backend, MAXP, records_format=records_format)
+    ranged = OperatorOptions("count", ranged_backend, MAXP, parallelism=3,
+                             records_format=records_format)
+    types = arrow_record_types(source_schema()) if records_format == "arrow" else None
+    alone_fn, ranged_fn = Seen(), Seen()
     blobs, range_blobs, alone_out, ranged_out = {}, {}, [], []
+    rng = np.random.default_rng(seed)
     for batch_no, batch in enumerate(script["batches"]):
         frames = key_group_frames(batch)
         for kg, frame in frames.items():
-            out, blobs[kg] = run_batch(alone, CountPerKey(), "key", ["word", "count"], kg,
-                                       blobs.get(kg), [frame], 1000 * batch_no)
+            out, blobs[kg] = run_batch(alone, alone_fn, "key", ["word", "count"], kg,
+                                       blobs.get(kg), [frame], 1000 * batch_no,
+                                       record_types=types)
             alone_out.append(out)
         for index in range(3):
             parts = [f.assign(**{RANGE_COLUMN: -1}) for kg, f in frames.items()
                      if operator_index(kg, MAXP, 3) == index]
             if not parts:
                 continue
-            out, range_blobs[index] = run_range(ranged, CountPerKey(), "key", ["word", "count"],
-                                                index, range_blobs.get(index), parts,
-                                                1000 * batch_no)
+            rows = pd.concat(parts, ignore_index=True)   # key groups interleaved, as shuffled
+            rows = rows.take(rng.permutation(len(rows))).reset_index(drop=True)
+            out, range_blobs[index] = run_range(ranged, ranged_fn, "key", ["word", "count"],
+                                                index, range_blobs.get(index), [rows],
+                                                1000 * batch_no, record_types=types)
             ranged_out.append(out)
+    assert sorted(ranged_fn.calls) == sorted(alone_fn.calls) and alone_fn.calls
     for n in range(1, 4):
         assert (snapshot_values(ranged_backend, n, "count", MAXP)
                 == snapshot_values(alone_backend, n, "count", MAXP)
