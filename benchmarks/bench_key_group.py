@@ -85,19 +85,28 @@ def measure(records: int, keys: int, per_key: bool, batches: int, warmup: int,
     from barrier_ops.examples.running_count import RunningCount
     from barrier_ops.function import as_keyed_function
     from barrier_ops.key_group_state import run_batch
-    from barrier_ops.options import OperatorOptions
     from benchmarks.bench_pipeline import LatestCount
 
     types = arrow_record_types(source_schema()) if records_format == "arrow" else None
     fn = as_keyed_function(LatestCount() if per_key else RunningCount(), None)
     frames = [key_group_frame(b, records, keys, state_keys) for b in range(batches)]
+    return _timed(run_batch, 3, fn, frames, types, warmup, max_parallelism=16,
+                  records_format=records_format)
+
+
+def _timed(run, group: int, fn, frames, types, warmup: int, **options):
+    """Median and best ms of ``run`` (``run_batch`` or ``run_range``) on each frame in turn for
+    group ``group``, its state value carried from call to call as ``GroupState`` carries it
+    and snapshots written to a temporary folder; and the last call's output rows."""
+    from barrier_ops.options import OperatorOptions
+
     blob, times, rows = None, [], 0
     with tempfile.TemporaryDirectory(prefix="bench-kg-") as snapshots:
-        opts = OperatorOptions("count", "file://" + snapshots, 16, records_format=records_format)
+        opts = OperatorOptions("count", "file://" + snapshots, **options)
         for frame in frames:
             started = time.perf_counter()
-            out, blob = run_batch(opts, fn, "key", ["key", "value"], 3, blob, [frame], 0, 32,
-                                  "UTC", types)
+            out, blob = run(opts, fn, "key", ["key", "value"], group, blob, [frame], 0, 32,
+                            "UTC", types)
             times.append((time.perf_counter() - started) * 1000)
             rows = len(out)
     kept = times[warmup:]
@@ -130,24 +139,13 @@ def measure_range(records: int, keys: int, key_groups: int, per_key: bool, batch
     from barrier_ops.examples.running_count import RunningCount
     from barrier_ops.function import as_keyed_function
     from barrier_ops.key_group_state import run_range
-    from barrier_ops.options import OperatorOptions
     from benchmarks.bench_pipeline import LatestCount
 
     types = arrow_record_types(source_schema())
     fn = as_keyed_function(LatestCount() if per_key else RunningCount(), None)
     frames = [range_frame(b, records, keys, key_groups) for b in range(batches)]
-    blob, times, rows = None, [], 0
-    with tempfile.TemporaryDirectory(prefix="bench-kg-") as snapshots:
-        opts = OperatorOptions("count", "file://" + snapshots, 2 * key_groups,
-                               records_format="arrow", parallelism=2)
-        for frame in frames:
-            started = time.perf_counter()
-            out, blob = run_range(opts, fn, "key", ["key", "value"], 0, blob, [frame], 0, 32,
-                                  "UTC", types)
-            times.append((time.perf_counter() - started) * 1000)
-            rows = len(out)
-    kept = times[warmup:]
-    return statistics.median(kept), min(kept), rows
+    return _timed(run_range, 0, fn, frames, types, warmup, max_parallelism=2 * key_groups,
+                  records_format="arrow", parallelism=2)
 
 
 def main() -> int:
