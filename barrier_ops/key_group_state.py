@@ -84,18 +84,15 @@ def _batch_frame(frames: Iterable[pd.DataFrame], drop: str) -> pd.DataFrame:
 
 
 def _by_key_group(pdf: pd.DataFrame) -> Tuple[pd.DataFrame, np.ndarray, np.ndarray]:
-    """A range's rows in one copy without ``__kg``, each key group's rows together in batch
-    order (a stable sort), its key groups ascending and their bounds: key group ``groups[i]``
-    owns rows ``bounds[i]:bounds[i+1]``. One copy of the range is cheaper than one per key
-    group: a frame's ``take`` costs about as much per column as per row at a key group's size."""
-    kgs = pdf[KEY_GROUP_COLUMN].to_numpy()
+    """A range's rows in one copy without ``__kg`` (deleted from ``pdf``, the caller's own
+    frame), each key group's rows together in batch order (a stable sort), its key groups
+    ascending and their bounds: key group ``groups[i]`` owns rows ``bounds[i]:bounds[i+1]``.
+    One copy of the range is cheaper than one per key group: a frame's ``take`` costs about as
+    much per column as per row at a key group's size."""
+    kgs = pdf.pop(KEY_GROUP_COLUMN).to_numpy()
     order = np.argsort(kgs, kind="stable")
-    del pdf[KEY_GROUP_COLUMN]
-    rows = RowSlice(pdf, order).rows()
-    sorted_kgs = kgs[order]
-    starts = np.flatnonzero(np.r_[True, sorted_kgs[1:] != sorted_kgs[:-1]]) if len(order) \
-        else np.empty(0, dtype=np.int64)
-    return rows, sorted_kgs[starts], np.r_[starts, len(order)]
+    groups, starts = np.unique(kgs[order], return_index=True)
+    return RowSlice(pdf, order).rows(), groups, np.r_[starts, len(order)]
 
 
 def run_batch(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: List[str],
