@@ -80,26 +80,28 @@ def key_group_frame(batch: int, records: int, keys: int,
 def measure(records: int, keys: int, per_key: bool, batches: int, warmup: int,
             records_format: str = "pandas", state_keys: Optional[int] = None):
     """Median and best ms of ``run_batch`` for one key group over ``batches`` batches."""
+    from barrier_ops.key_group_state import run_batch
+
+    frames = [key_group_frame(b, records, keys, state_keys) for b in range(batches)]
+    return _timed(run_batch, 3, per_key, frames, warmup, max_parallelism=16,
+                  records_format=records_format)
+
+
+def _timed(run, group: int, per_key: bool, frames, warmup: int, **options):
+    """Median and best ms of ``run`` (``run_batch`` or ``run_range``) on each frame in turn for
+    group ``group``, counting per key or per record, its state value carried from call to call
+    as ``GroupState`` carries it and snapshots written to a temporary folder; and the last
+    call's output rows. ``options``: the operator's (:class:`OperatorOptions`)."""
     from barrier_core.schema import source_schema
     from barrier_ops.arrow_records import arrow_record_types
     from barrier_ops.examples.running_count import RunningCount
     from barrier_ops.function import as_keyed_function
-    from barrier_ops.key_group_state import run_batch
+    from barrier_ops.options import RECORDS_ARROW, OperatorOptions
     from benchmarks.bench_pipeline import LatestCount
 
-    types = arrow_record_types(source_schema()) if records_format == "arrow" else None
     fn = as_keyed_function(LatestCount() if per_key else RunningCount(), None)
-    frames = [key_group_frame(b, records, keys, state_keys) for b in range(batches)]
-    return _timed(run_batch, 3, fn, frames, types, warmup, max_parallelism=16,
-                  records_format=records_format)
-
-
-def _timed(run, group: int, fn, frames, types, warmup: int, **options):
-    """Median and best ms of ``run`` (``run_batch`` or ``run_range``) on each frame in turn for
-    group ``group``, its state value carried from call to call as ``GroupState`` carries it
-    and snapshots written to a temporary folder; and the last call's output rows."""
-    from barrier_ops.options import OperatorOptions
-
+    types = (arrow_record_types(source_schema())
+             if options.get("records_format") == RECORDS_ARROW else None)
     blob, times, rows = None, [], 0
     with tempfile.TemporaryDirectory(prefix="bench-kg-") as snapshots:
         opts = OperatorOptions("count", "file://" + snapshots, **options)
@@ -134,17 +136,10 @@ def measure_range(records: int, keys: int, key_groups: int, per_key: bool, batch
                   warmup: int):
     """Median and best ms of ``run_range`` for one range of ``key_groups`` key groups (records
     as Arrow, output packed), each key group ``records`` records of ``keys`` keys a batch."""
-    from barrier_core.schema import source_schema
-    from barrier_ops.arrow_records import arrow_record_types
-    from barrier_ops.examples.running_count import RunningCount
-    from barrier_ops.function import as_keyed_function
     from barrier_ops.key_group_state import run_range
-    from benchmarks.bench_pipeline import LatestCount
 
-    types = arrow_record_types(source_schema())
-    fn = as_keyed_function(LatestCount() if per_key else RunningCount(), None)
     frames = [range_frame(b, records, keys, key_groups) for b in range(batches)]
-    return _timed(run_range, 0, fn, frames, types, warmup, max_parallelism=2 * key_groups,
+    return _timed(run_range, 0, per_key, frames, warmup, max_parallelism=2 * key_groups,
                   records_format="arrow", parallelism=2)
 
 
