@@ -28,21 +28,35 @@ def key_group_of(key: Any, max_parallelism: int) -> int:
     return zlib.crc32(key_bytes(key)) % max_parallelism
 
 
-def key_group_column(col, data_type, max_parallelism: int):
-    """Spark column computing the key group of ``col`` (driver).
+def key_group_column(name: str, data_type, max_parallelism: int):
+    """Spark column computing the key group of column ``name`` (driver).
 
     Parameters
     ----------
-    col : Column
-        The key column.
+    name : str
+        The key column's name.
     data_type : DataType
         Its Spark type: binary keys are hashed as they are, every other type as its string form.
     """
     from pyspark.sql import functions as F
+
+    return F.expr(key_group_sql(name, data_type, max_parallelism))
+
+
+def key_group_sql(name: str, data_type, max_parallelism: int) -> str:
+    """:func:`key_group_column` as SQL text (driver): a plan built from text takes one call
+    into the JVM where building the column piece by piece takes a dozen."""
     from pyspark.sql.types import BinaryType
 
-    raw = col if isinstance(data_type, BinaryType) else col.cast("string").cast("binary")
-    return F.coalesce(F.pmod(F.crc32(raw), F.lit(max_parallelism)).cast("int"), F.lit(0))
+    raw = quoted(name)
+    if not isinstance(data_type, BinaryType):
+        raw = f"CAST(CAST({raw} AS STRING) AS BINARY)"
+    return f"coalesce(CAST(pmod(crc32({raw}), {int(max_parallelism)}) AS INT), 0)"
+
+
+def quoted(name: str) -> str:
+    """A column name as a SQL identifier: in backticks, its own backticks doubled."""
+    return "`" + name.replace("`", "``") + "`"
 
 
 # ---------------------------------------------------------------------- key-group ranges

@@ -34,7 +34,7 @@ from pyspark.sql.types import (ArrayType, IntegerType, LongType, StringType,
 from barrier_ops.arrow_records import arrow_record_types
 from barrier_ops.exceptions import InvalidOptionError
 from barrier_ops.function import as_keyed_function
-from barrier_ops.keygroups import DEFAULT_MAX_PARALLELISM, key_group_column, range_group_keys
+from barrier_ops.keygroups import DEFAULT_MAX_PARALLELISM, key_group_sql, range_group_keys
 from barrier_ops.key_group_state import (KEY_GROUP_COLUMN, RANGE_COLUMN, STATE_SCHEMA,
                                          run_batch, run_range)
 from barrier_ops.options import EXACTLY_ONCE, RECORDS_ARROW, RECORDS_PANDAS, OperatorOptions
@@ -146,8 +146,8 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
     from pyspark import cloudpickle
 
     cloudpickle.dumps(kfn)  # fail on the driver, not in a task, when fn is not picklable
-    out_schema = operator_output_schema(output_schema)
-    user_schema = _as_struct(output_schema)
+    user_schema = _as_struct(output_schema)   # a DDL string is parsed by the JVM: once
+    out_schema = operator_output_schema(user_schema)
     user_columns = [f.name for f in user_schema.fields]
     pack = PACKED_ROW_RECORDS if packable(user_schema) else None
     time_zone = _pandas_time_zone(df) if pack else None
@@ -193,9 +193,9 @@ def with_ranges(keyed: DataFrame, max_parallelism: int, parallelism: int) -> Dat
     """``keyed`` plus :data:`RANGE_COLUMN`: the Spark grouping value of the row's range of key
     groups (:func:`~barrier_ops.keygroups.operator_index`,
     :func:`~barrier_ops.keygroups.range_group_keys`)."""
-    keys = F.array(*[F.lit(k) for k in range_group_keys(parallelism)])
-    index = F.expr(f"int({KEY_GROUP_COLUMN} * {parallelism} div {max_parallelism})")
-    return keyed.withColumn(RANGE_COLUMN, F.element_at(keys, index + 1))
+    keys = ", ".join(str(int(k)) for k in range_group_keys(parallelism))
+    index = f"int({KEY_GROUP_COLUMN} * {int(parallelism)} div {int(max_parallelism)})"
+    return keyed.withColumn(RANGE_COLUMN, F.expr(f"element_at(array({keys}), {index} + 1)"))
 
 
 def range_indexes(parallelism: int) -> dict:
@@ -210,22 +210,23 @@ def with_key_groups(df: DataFrame, key_col: str, max_parallelism: int) -> DataFr
     (:func:`~barrier_ops.input_events.channels_of` reads it): PySpark 4.3 sizes the Arrow batch
     it builds for ``applyInPandasWithState`` after every row, and for a list column that is null
     on most rows Arrow's ``ListVector.setValueCount`` walks back to the last non-null row each
-    time, a cost quadratic in the rows per Arrow batch (a string column has no such walk)."""
-    if "barrier_channels" in df.columns and isinstance(df.schema["barrier_channels"].dataType,
-                                                       ArrayType):
-        df = df.withColumn("barrier_channels", F.when(F.col("kind") != KIND_RECORD,
-                                                      F.to_json(F.col("barrier_channels"))))
-    key_type = df.schema[key_col].dataType
-    kind = F.col("kind")
-    all_groups = F.sequence(F.lit(0), F.lit(max_parallelism - 1))
-    ack_col = F.col("ack") if "ack" in df.columns else F.lit(None).cast("string")
-    groups = (F.when(kind == KIND_RECORD,
-                     F.array(key_group_column(F.col(key_col), key_type, max_parallelism)))
-              .when(kind == KIND_ACK,
-                    F.array(F.pmod(F.crc32(ack_col.cast("binary")),
-                                   F.lit(max_parallelism)).cast("int")))
-              .otherwise(all_groups))
-    return df.withColumn(KEY_GROUP_COLUMN, F.explode(groups))
+    time, a cost quadratic in the rows per Arrow batch (a string column has no such walk).
+
+    The expressions are SQL text: each is one call into the JVM, where building them from
+    ``pyspark.sql.functions`` took several calls a function (about 0.1 s of a query's start)."""
+    schema = df.schema
+    record, ack = f"'{KIND_RECORD}'", f"'{KIND_ACK}'"   # our own constants: plain words
+    if "barrier_channels" in schema.names and isinstance(schema["barrier_channels"].dataType,
+                                                         ArrayType):
+        df = df.withColumn("barrier_channels", F.expr(
+            f"CASE WHEN kind != {record} THEN to_json(barrier_channels) END"))
+    n = int(max_parallelism)
+    ack_col = "ack" if "ack" in schema.names else "CAST(NULL AS STRING)"
+    groups = (f"CASE WHEN kind = {record} "
+              f"THEN array({key_group_sql(key_col, schema[key_col].dataType, n)}) "
+              f"WHEN kind = {ack} THEN array(CAST(pmod(crc32(CAST({ack_col} AS BINARY)), {n}) "
+              f"AS INT)) ELSE sequence(0, {n - 1}) END")
+    return df.withColumn(KEY_GROUP_COLUMN, F.expr(f"explode({groups})"))
 
 
 def _pandas_time_zone(df: DataFrame) -> Optional[str]:

@@ -37,10 +37,11 @@ from __future__ import annotations
 from typing import Optional
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 from pyspark.sql.types import (ArrayType, BinaryType, BooleanType, ByteType, DoubleType,
                                FloatType, IntegerType, LongType, ShortType, StringType,
                                StructField, StructType)
+
+from barrier_ops.keygroups import quoted
 
 #: Records per packed row at most. A block of more records takes several rows. PySpark flushes an
 #: output Arrow batch once it holds more than ``spark.sql.execution.arrow.maxRecordsPerBatch``
@@ -80,21 +81,20 @@ def packed_schema(user: StructType, control: list) -> StructType:
 
 def unpack(packed: DataFrame, user: StructType, control: list) -> DataFrame:
     """One row per output row of ``packed`` (see the module docstring), in the user's columns
-    followed by the ``control`` columns."""
-    rows = packed.select("*", F.explode(F.sequence(F.lit(0), F.col(PACKED_COUNT) - 1))
-                         .alias(_POSITION))
-    pos = F.col(_POSITION)
-    columns = [F.get(F.col(f.name), pos).alias(f.name) for f in user.fields]
-    columns += [_unpacked_control(f.name, pos) for f in control]
-    return rows.select(*columns)
+    followed by the ``control`` columns. The expressions are SQL text: one call into the JVM
+    each select, not several a column."""
+    rows = packed.selectExpr("*", f"explode(sequence(0, {PACKED_COUNT} - 1)) AS {_POSITION}")
+    columns = [f"get({quoted(f.name)}, {_POSITION}) AS {quoted(f.name)}" for f in user.fields]
+    columns += [_unpacked_control(f.name) for f in control]
+    return rows.selectExpr(*columns)
 
 
-def _unpacked_control(name: str, pos):
+def _unpacked_control(name: str) -> str:
     if name == "offset":
-        return (F.col(name) + pos).alias(name)
+        return f"{quoted(name)} + {_POSITION} AS {quoted(name)}"
     if name == "timestamp":
-        return F.timestamp_micros(F.get(F.col(PACKED_TIMESTAMPS), pos)).alias(name)
-    return F.col(name)
+        return f"timestamp_micros(get({PACKED_TIMESTAMPS}, {_POSITION})) AS {quoted(name)}"
+    return quoted(name)
 
 
 #: Session time zones whose wall time is UTC: a naive timestamp's instant is its own value.

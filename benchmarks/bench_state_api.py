@@ -75,7 +75,7 @@ def _with_key_groups(df, key_groups: int):
     """``df`` plus ``kg``, the key group of its ``key`` as ``keyed_process`` computes it."""
     from barrier_ops.keygroups import key_group_column
 
-    return df.withColumn("kg", key_group_column(df["key"], df.schema["key"].dataType, key_groups))
+    return df.withColumn("kg", key_group_column("key", df.schema["key"].dataType, key_groups))
 
 
 def _rows(seen: dict, counts: dict):

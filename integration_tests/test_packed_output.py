@@ -213,3 +213,33 @@ def test_a_query_started_unpacked_restarts_packed_from_its_checkpoint(script_spa
         want[r["key"]] = want.get(r["key"], 0) + 1
     assert {k: sorted(v) for k, v in counts.items()} == \
         {k: list(range(1, n + 1)) for k, n in want.items()}
+
+
+def test_output_column_names_with_dots_spaces_and_backticks(script_spark, tmp_path, monkeypatch):
+    """Output columns named with a dot, a space and a backtick: the operator unpacks its output
+    with SQL text that quotes every name it did not make itself; the rows are those of the same
+    run with plain names, packed and unpacked. (Input columns with such names are PySpark's
+    limit: ``applyInPandasWithState`` looks each input column up by its unquoted name.)"""
+    script = make_script(8, partitions=2, records=20, checkpoints=2, batches=2)
+    path = write_script(script, str(tmp_path / "script.json"))
+    results = {}
+    for name, schema in (("plain", "s string, n bigint"),
+                         ("odd", "`user.name` string, `n``th value` bigint")):
+        for packed in (True, False):
+            if not packed:
+                monkeypatch.setattr(operator_module, "packable", lambda user: False)
+            out = keyed_process(script_stream(script_spark, path), "key", LatestPerKey(), schema,
+                                operator_id="names",
+                                state_backend=f"file://{tmp_path}/state-{name}-{packed}",
+                                max_parallelism=4)
+            try:
+                rows = run_to_end(out, f"names_{name}_{packed}",
+                                  tmp_path / f"chk-{name}-{packed}").collect()
+            finally:
+                monkeypatch.undo()
+            results[name, packed] = (out.columns[:2], comparable(rows))
+    assert results["odd", True][0] == results["odd", False][0] == ["user.name", "n`th value"]
+    plain = results["plain", True][1]
+    assert len(plain[0]) > 8 and any(c[0] == "barrier" for c in plain[1])
+    assert results["plain", False][1] == plain
+    assert results["odd", True][1] == results["odd", False][1] == plain
