@@ -88,6 +88,13 @@ def rows_to_tuples(rows: Rows, columns) -> List[tuple]:
     """
     if rows is None:
         return []
+    if type(rows) is list:   # the common case, checked without copying: tuples of the width
+        width = len(columns)
+        for row in rows:
+            if type(row) is not tuple or len(row) != width:
+                break
+        else:
+            return rows
     columns = list(columns)
     if isinstance(rows, pd.DataFrame):
         _check_columns(list(rows.columns), columns, "a DataFrame")

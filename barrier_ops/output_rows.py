@@ -37,6 +37,7 @@ class OutputRows:
     def __init__(self, user_columns: Sequence[str]) -> None:
         self.user_columns = list(user_columns)
         self._user: Dict[str, List[Any]] = {c: [] for c in self.user_columns}
+        self._user_lists = [self._user[c] for c in self.user_columns]   # user-column order
         self._pieces: List[Tuple] = []   # a piece's control values, in CONTROL_COLUMNS order
         self._counts: List[int] = []
 
@@ -46,8 +47,12 @@ class OutputRows:
         n = len(rows)
         if not n:
             return
-        for name, values in zip(self.user_columns, zip(*rows)):
-            self._user[name].extend(values)
+        if n == 1:   # one row per key and batch: no transpose
+            for values, value in zip(self._user_lists, rows[0]):
+                values.append(value)
+        else:
+            for values, column in zip(self._user_lists, zip(*rows)):
+                values.extend(column)
         # CONTROL_COLUMNS order; one tuple a piece: a key's block costs one append, not nine
         self._pieces.append((topic, partition, first_offset, timestamp, KIND_RECORD, epoch, None,
                              NO_CHANNELS, None))

@@ -219,14 +219,17 @@ class KeyGroupRuntime:
             else:
                 key_rows = KeyRows(rows, len(keys))
         ranges = zip(bounds[:-1].tolist(), bounds[1:].tolist(), latest.of_ranges(bounds))
+        # the loop runs once per key: what it reads from self is looked up once
+        process, emit = self._fn.process_records, self._emit_records
+        store, key_group, epoch, now_ms = self.store, self.key_group, self.epoch, self._now_ms
+        touch = self.incremental.touch if self.incremental is not None else None
         for key, (a, b, ts) in zip(keys, ranges):
             if type(key) not in _PLAIN_KEYS:   # numpy scalars, NaN
                 key = _py(key)
-            if self.incremental is not None:
-                self.incremental.touch(key)
-            ctx = KeyedContext(self.store, key, self.key_group, self.epoch, self._now_ms)
-            out = self._fn.process_records(key, key_rows(a, b), ctx)
-            self._emit_records(out, ts)
+            if touch is not None:
+                touch(key)
+            emit(process(key, key_rows(a, b), KeyedContext(store, key, key_group, epoch, now_ms)),
+                 ts)
         wm_ts = latest.between(0, len(positions))
         if wm_ts is not None:
             wm = int(wm_ts.value // 1_000_000) - self._opts.watermark_delay_ms

@@ -235,13 +235,23 @@ class KeyedContext:
         The key group of ``key``.
     """
 
+    __slots__ = ("_store", "key", "key_group", "checkpoint_id", "_now", "_timers")
+
     def __init__(self, store: KeyedStateStore, key, key_group: int, checkpoint_id: int,
                  processing_time_ms: int) -> None:
         self._store = store
         self.key = key
         self.key_group = key_group
         self.checkpoint_id = checkpoint_id
-        self.timer_service = TimerService(store, key, processing_time_ms)
+        self._now = processing_time_ms
+        self._timers: Optional[TimerService] = None
+
+    @property
+    def timer_service(self) -> TimerService:
+        """The current key's timers (made on first use: most calls touch no timer)."""
+        if self._timers is None:
+            self._timers = TimerService(self._store, self.key, self._now)
+        return self._timers
 
     def value_state(self, name: str, default=None) -> ValueState:
         return ValueState(self._store, self.key, name, default)
