@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from barrier_core.schema import KIND_RECORD
-from barrier_ops.packed_rows import PACKED_COUNT, PACKED_TIMESTAMPS, utc_micros
+from barrier_ops.packed_rows import (PACKED_COUNT, PACKED_TIMESTAMPS, naive_timestamps,
+                                     utc_micros)
 
 #: columns every operator output row carries after the user's columns (see protocol.md)
 CONTROL_COLUMNS = ["topic", "partition", "offset", "timestamp", "kind", "checkpoint_id",
@@ -43,7 +44,8 @@ class OutputRows:
 
     def add_records(self, rows: List[Tuple], topic: str, partition: int, first_offset: int,
                     timestamp, epoch: int) -> None:
-        """User rows (tuples in user-column order) at offsets ``first_offset ..``."""
+        """User rows (tuples in user-column order) at offsets ``first_offset ..``;
+        ``timestamp``: a pandas timestamp, None, or a naive one's nanoseconds as an int."""
         n = len(rows)
         if not n:
             return
@@ -83,6 +85,8 @@ class OutputRows:
             return pd.DataFrame({name: [] for name in names}, columns=names)
         columns = {name: _user_series(values) for name, values in self._user.items()}
         for name, values in self._control().items():
+            if name == "timestamp":
+                values = naive_timestamps(values)
             column = _control_array(name, values).repeat(counts)
             if name == "offset" and (counts > 1).any():  # a block counts up from its first
                 first_row = np.cumsum(counts) - counts

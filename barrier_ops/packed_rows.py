@@ -103,7 +103,8 @@ _UTC_ZONES = frozenset({"UTC", "Etc/UTC", "GMT", "Etc/GMT", "UCT", "Etc/UCT", "U
 
 
 def utc_micros(values: list, time_zone: Optional[str]) -> list:
-    """``timestamp`` values of output rows (pandas timestamps, naive or with a zone, or None) as
+    """``timestamp`` values of output rows (pandas timestamps, naive or with a zone, naive
+    nanoseconds as ints, or None) as
     the microseconds since the epoch that PySpark stores for them in a ``timestamp`` column, or
     None: a naive value is wall time in ``time_zone`` (the session's, which PySpark's Arrow
     conversion uses; None: the worker's local zone), an ambiguous one standard time, exactly as
@@ -119,10 +120,24 @@ def utc_micros(values: list, time_zone: Optional[str]) -> list:
     for i, v in enumerate(values):
         if v is None or v is pd.NaT:
             continue
+        if type(v) is int and utc_session:   # naive nanoseconds (see naive_timestamps)
+            out[i] = _micros(v)
+            continue
         if type(v) is not pd.Timestamp or (v.tz is None and not utc_session):
-            return _utc_micros_of_column(values, time_zone)
+            return _utc_micros_of_column(naive_timestamps(values), time_zone)
         out[i] = _micros(v.value)
     return out
+
+
+def naive_timestamps(values: list):
+    """Output rows' ``timestamp`` values with each int, a naive timestamp's nanoseconds as the
+    operator passes a record block's (:class:`~barrier_ops.output_rows.OutputRows`), made a
+    pandas timestamp; ``values`` itself when it holds no int."""
+    import pandas as pd
+
+    if not any(type(v) is int for v in values):
+        return values
+    return [pd.Timestamp(v) if type(v) is int else v for v in values]
 
 
 def _micros(ns: int) -> int:

@@ -156,7 +156,26 @@ def test_timestamps_are_the_microseconds_pyspark_stores_for_the_column(tz):
 
 def test_a_timestamp_that_is_not_one_is_refused_by_name():
     with pytest.raises(TypeError, match="must be a pandas timestamp or None"):
-        utc_micros([5, None], "UTC")
+        utc_micros([5.5, None], "UTC")
+
+
+@pytest.mark.parametrize("zone", ["UTC", "America/New_York"])
+def test_naive_nanoseconds_convert_as_the_naive_timestamps_they_stand_for(zone):
+    """The operator passes a record block's timestamp as a naive one's nanoseconds (no
+    ``pd.Timestamp`` a key); packed and unpacked output treat them as that timestamp."""
+    stamps = [pd.Timestamp("2026-11-01 01:30:00.123456789"), None,
+              pd.Timestamp("1969-12-31 23:59:59.9999995")]
+    as_ints = [None if t is None else t.value for t in stamps]
+    assert utc_micros(as_ints, zone) == utc_micros(stamps, zone)
+    assert utc_micros([as_ints[0], stamps[2]], zone) == utc_micros([stamps[0], stamps[2]], zone)
+    frames = []
+    for values in (stamps, as_ints):
+        out = OutputRows(COLUMNS)
+        for i, ts in enumerate(values):
+            out.add_records([("w", i)], "op:c", 0, i, ts, 1)
+        frames.append(out.frame())
+    pd.testing.assert_frame_equal(frames[0], frames[1])
+    assert str(frames[1]["timestamp"].dtype) == "datetime64[ns]"
 
 
 def test_integers_above_2_pow_53_stay_exact_beside_null_control_rows():
