@@ -252,7 +252,7 @@ class KeyGroupRuntime:
     def _emit_records(self, rows, ts) -> None:
         tuples = rows_to_tuples(rows, self._user_columns)
         if tuples:
-            if ts is not None and type(ts) is not int and type(ts) is not pd.Timestamp and pd.isna(ts):
+            if ts is not None and type(ts) not in (int, pd.Timestamp) and pd.isna(ts):
                 ts = None
             self._out.add_records(tuples, self._topic, self.key_group, self.output_seq, ts,
                                   self.epoch)

@@ -245,8 +245,9 @@ def test_barrier_channels_arrive_as_json_text_or_as_a_list():
 @pytest.mark.parametrize("kind", ["naive", "utc", "berlin", "nat", "object", "missing"])
 def test_latest_timestamps_of_all_ranges_equal_those_of_each_range(seed, kind):
     """The runtime takes every key's latest timestamp at once (_LatestTimestamp.of_ranges); it
-    must give what between() gives range by range (a naive column's as nanoseconds): tz, NaT-only ranges (None), ties, columns
-    that are not datetimes or absent, an index that is not 0 .. n - 1."""
+    must give what between() gives range by range (a naive column's as nanoseconds): tz,
+    NaT-only ranges (None), ties, columns that are not datetimes or absent, an index that is
+    not 0 .. n - 1."""
     from barrier_ops.runtime import _LatestTimestamp
 
     rng = np.random.default_rng(seed)
