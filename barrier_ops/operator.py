@@ -213,7 +213,7 @@ def with_key_groups(df: DataFrame, key_col: str, max_parallelism: int) -> DataFr
     time, a cost quadratic in the rows per Arrow batch (a string column has no such walk).
 
     The expressions are SQL text: each is one call into the JVM, where building them from
-    ``pyspark.sql.functions`` took several calls a function (about 0.1 s of a query's start)."""
+    ``pyspark.sql.functions`` took several calls a function (benchmarks/bench_plan.py)."""
     schema = df.schema
     record, ack = f"'{KIND_RECORD}'", f"'{KIND_ACK}'"   # our own constants: plain words
     if "barrier_channels" in schema.names and isinstance(schema["barrier_channels"].dataType,
