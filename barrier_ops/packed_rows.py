@@ -104,12 +104,12 @@ _UTC_ZONES = frozenset({"UTC", "Etc/UTC", "GMT", "Etc/GMT", "UCT", "Etc/UCT", "U
 
 def utc_micros(values: list, time_zone: Optional[str]) -> list:
     """``timestamp`` values of output rows (pandas timestamps, naive or with a zone, naive
-    nanoseconds as ints, or None) as
-    the microseconds since the epoch that PySpark stores for them in a ``timestamp`` column, or
-    None: a naive value is wall time in ``time_zone`` (the session's, which PySpark's Arrow
-    conversion uses; None: the worker's local zone), an ambiguous one standard time, exactly as
-    PySpark's own conversion of the column (executor). Raises ``TypeError`` for values that are
-    not timestamps, which PySpark would refuse for a ``timestamp`` column too.
+    nanoseconds as ints, or None) as the microseconds since the epoch that PySpark stores for
+    them in a ``timestamp`` column, or None: a naive value is wall time in ``time_zone`` (the
+    session's, which PySpark's Arrow conversion uses; None: the worker's local zone), an
+    ambiguous one standard time, exactly as PySpark's own conversion of the column (executor).
+    Raises ``TypeError`` for values that are not timestamps, which PySpark would refuse for a
+    ``timestamp`` column too.
 
     Pandas timestamps with a zone, and naive ones in a UTC session, are read one by one (a few
     hundred ns each); anything else goes through PySpark's conversion of a whole column."""
