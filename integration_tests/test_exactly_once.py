@@ -1,5 +1,5 @@
 """Exactly-once, proven by killing the pipeline: a Kafka -> aligned keyed count -> Kafka
-pipeline over 200,000 input records is SIGKILLed (driver JVM, driver Python and every worker,
+pipeline over 100,000 input records is SIGKILLed (driver JVM, driver Python and every worker,
 as one process group) at each step of the checkpoint protocol, restarted from the same
 checkpoint location, and its ``read_committed`` output is checked record by record: every
 expected output exactly once, consumer-group offsets equal to the last completed checkpoint,
@@ -18,7 +18,7 @@ from barrier_core.faults import FaultPoint, fault_env
 from integration_tests.pipeline_support import (assert_exactly_once, produce_input,
                                                 run_fault_chain, run_pipeline)
 
-RECORDS = 200_000
+RECORDS = 100_000
 KEYS = 997
 
 # (crash point, occurrence): the occurrence puts the crash after at least one completed

@@ -29,7 +29,7 @@ from state_backends.registry import backend_from_uri
 KILLS = int(os.environ.get("BARRIER_KAFKA_INCREMENTAL_KILLS", "3"))
 KEYS = 5_000
 BATCH = 1_500
-RECORDS = 90_000
+RECORDS = 45_000
 EXTRA = 6_000
 INCREMENTAL = ["--incremental-checkpoints"]
 

@@ -28,6 +28,9 @@ def check_exactly_once_kafka(result: dict) -> None:
     assert result["duplicates"] == result["lost"] == result["unexpected"] == 0
     assert result["open_transactions"] == 0
     assert result["latest_checkpoint"] >= 2
+    # the group's committed offsets are the latest completed checkpoint's, which covers the input
+    assert result["group_offsets"] == result["checkpointed_offsets"]
+    assert sum(result["checkpointed_offsets"].values()) == result["input_records"]
 
 
 def check_exactly_once_files(result: dict) -> None:

@@ -218,6 +218,22 @@ print(format_stats_table(backend))
 
 # COMMAND ----------
 
+from kafka import TopicPartition
+from kafka.admin import KafkaAdminClient
+
+# What the consumer group shows (lag dashboards read it): the latest checkpoint's offsets.
+checkpointed = {str(p): o for p, o in latest.source_offsets[INPUT_TOPIC].items()}
+admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
+try:
+    wanted = [TopicPartition(INPUT_TOPIC, int(p)) for p in checkpointed]
+    committed = admin.list_group_offsets({GROUP_ID: wanted})[GROUP_ID]
+finally:
+    admin.close()
+group_offsets = {str(tp.partition): om.offset for tp, om in committed.items()}
+print(f"consumer group {GROUP_ID}: {group_offsets}")
+
+# COMMAND ----------
+
 from barrier_sink import list_lingering
 
 lingering = list_lingering({"bootstrap_servers": BOOTSTRAP}, TXN_PREFIX)
@@ -226,6 +242,8 @@ assert verification["duplicates"] == verification["lost"] == verification["unexp
     verification
 assert verification["output_records"] == 2 * NUM_EVENTS, verification
 assert not lingering, lingering
+assert group_offsets == checkpointed, (group_offsets, checkpointed)
 result = dict(verification, latest_checkpoint=latest.checkpoint_id,
-              open_transactions=len(lingering))
+              open_transactions=len(lingering), group_offsets=group_offsets,
+              checkpointed_offsets=checkpointed)
 print(result)
