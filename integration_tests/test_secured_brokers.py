@@ -84,7 +84,7 @@ def test_pipeline_reads_through_sasl_scram_and_writes_through_tls(secured_broker
 
 def _connect(options: dict):
     config = client_config(translate_kafka_options({**options,
-                                                    "kafka.bootstrap.timeout.ms": "8000"}),
+                                                    "kafka.bootstrap.timeout.ms": "4000"}),
                            "admin")
     return kafka_client(KafkaAdminClient, config, "source")
 
