@@ -16,7 +16,9 @@ Group offsets (notifyCheckpointComplete): in a source-only pipeline, the checkpo
 durably processed offset is complete; it is committed from ``commit(end)`` and from
 ``latestOffset(start)`` (Spark keeps calling the latter while idle, so the last checkpoint is
 committed even when no further batch runs). With ``checkpoint.storage`` set, the coordinator
-decides completion and the source commits what ``_completed_offsets.json`` says.
+decides completion and the source commits what ``_completed_offsets.json`` says. The commit runs
+in a background thread of the planner worker (:mod:`barrier_source.async_group_commit`), so no
+batch waits for it; ``stop()`` waits for it.
 """
 
 from __future__ import annotations
@@ -84,7 +86,8 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
                                           self.opts.max_concurrent_checkpoints)
         self._kafka = KafkaMetadata(self.opts)
         self._storage = None  # checkpoint.storage, opened on first use (driver)
-        self._committed_id = 0
+        self._group_commits = None  # AsyncGroupCommits, started on first use (driver)
+        self._group_commits_kafka: Optional[KafkaMetadata] = None  # their own admin client
         self._last_end: Optional[SourceOffset] = None  # newest end offset Spark committed
         self._last_batch_ms = _now_ms()
         self._available_now: Optional[PartitionOffsets] = None
@@ -121,7 +124,31 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_storage"] = None
+        state["_group_commits"] = state["_group_commits_kafka"] = None
         return state
+
+    def _commits(self):
+        """The background consumer-group commits, started on first use (driver planner
+        worker); their admin client is their own, not the planning thread's."""
+        if self._group_commits is None:
+            from barrier_source.async_group_commit import AsyncGroupCommits
+            from barrier_source.group_commit import commit_group_offsets
+
+            kafka = KafkaMetadata(self.opts)
+            opts = self.opts
+
+            def commit(checkpoint_id, offsets, restored_from):
+                try:
+                    commit_group_offsets(opts.kafka_config, opts.group_id, offsets,
+                                         checkpoint_id, admin=kafka.admin(),
+                                         restored_from=restored_from)
+                except BarrierKafkaError:
+                    kafka.close()  # the next commit opens a fresh client
+                    raise
+
+            self._group_commits = AsyncGroupCommits(commit)
+            self._group_commits_kafka = kafka
+        return self._group_commits
 
     # ------------------------------------------------------------------ Spark API (driver)
     def initialOffset(self) -> dict:
@@ -420,11 +447,10 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         return max(prev.sealed_id, prev.restored_id), frozenset()
 
     def _commit_completed(self, durable: SourceOffset) -> None:
-        """notifyCheckpointComplete: commit the newest completed checkpoint to the group."""
+        """notifyCheckpointComplete: commit the newest completed checkpoint to the group, in
+        the background (:mod:`barrier_source.async_group_commit`)."""
         if not (self.opts.commit_offsets_on_checkpoint and self._trigger.is_enabled):
             return
-        from barrier_source.group_commit import commit_group_offsets
-
         if self.opts.checkpoint_storage:
             done = read_completed_offsets(self._storage_backend())
             if done is None:
@@ -434,15 +460,7 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             cid, offsets = durable.sealed.checkpoint_id, durable.sealed.offsets
         else:
             return
-        if cid <= self._committed_id:
-            return
-        try:
-            commit_group_offsets(self.opts.kafka_config, self.opts.group_id, offsets, cid,
-                                 admin=self._kafka.admin(), restored_from=durable.restored_id)
-            self._committed_id = cid
-        except BarrierKafkaError as exc:
-            logger.warning("barrier-kafka: checkpoint %d: committing offsets to group %s "
-                           "failed; retrying on the next batch: %s", cid, self.opts.group_id, exc)
+        self._commits().submit(cid, offsets, durable.restored_id)
 
     def commit(self, end: dict) -> None:
         """Spark finished every batch up to ``end``: commit its sealed checkpoint.
@@ -535,14 +553,22 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
 
     def stop(self) -> None:
         """The query stops (driver planner worker): commit the newest completed checkpoint's
-        offsets to the consumer group first, so a stopped job's group is not one checkpoint
-        behind (on a cluster the sink completes it after the source's last ``commit``), then
-        close the admin client."""
+        offsets to the consumer group first and wait for the background commits, so a stopped
+        job's group is not one checkpoint behind (on a cluster the sink completes it after the
+        source's last ``commit``), then close the admin clients."""
         try:
             if self.opts.checkpoint_storage and self._last_end is not None:
                 self._commit_completed(self._last_end)
+            if self._group_commits is not None:
+                self._group_commits.flush()
         finally:
-            self._kafka.close()
+            try:
+                if self._group_commits is not None:
+                    self._group_commits.close()
+                    self._group_commits_kafka.close()
+                    self._group_commits = None
+            finally:
+                self._kafka.close()
 
 
 def _owed_positions(prev: SourceOffset) -> Dict[str, int]:

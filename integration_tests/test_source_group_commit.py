@@ -131,7 +131,7 @@ def test_stop_commits_the_checkpoint_the_sink_completed_after_the_last_commit(
     end = reader.latestOffset(start, reader.getDefaultReadLimit())
     write_completed_offsets(backend_from_uri(storage), CompletedOffsets.of(1, 1, {topic: {0: 8}}))
     reader.commit(end)  # Spark's last commit: checkpoint 1 is committed to the group
-    assert group_offsets(kafka_admin, group, topic, 1) == {0: 8}
+    wait_for(lambda: group_offsets(kafka_admin, group, topic, 1) == {0: 8})  # in the background
     # the sink's commit worker completes checkpoint 2 after that, then the query stops
     write_completed_offsets(backend_from_uri(storage),
                             CompletedOffsets.of(2, 2, {topic: {0: 20}}))
@@ -172,3 +172,53 @@ def test_lag_reads_zero_on_a_transactional_topic_once_caught_up(spark, bootstrap
     lags = [line.split()[5] for line in described.splitlines()
             if line.split()[:1] == [group] and line.split()[1] == upstream]
     assert lags == ["0", "0"], described
+
+
+def test_planning_does_not_wait_for_the_group_commit(bootstrap, kafka_admin, topic_factory,
+                                                     tmp_path, monkeypatch):
+    """Stop 42: ``latestOffset`` committed the newest completed checkpoint to the consumer group
+    before it planned the batch (two broker round trips, about 14 ms of every batch). The commit
+    now runs in the background: planning returns while a commit hangs, and ``stop`` waits for it
+    and leaves the group at the last completed checkpoint."""
+    import threading
+
+    from barrier_core.schema import source_schema
+    from barrier_source import group_commit
+    from barrier_source.reader import BarrierKafkaStreamReader
+
+    topic = topic_factory(1)
+    group = "g-" + uuid.uuid4().hex[:8]
+    produce(bootstrap, topic, {0: 20})
+    storage = str(tmp_path / "storage")
+    release, entered = threading.Event(), threading.Event()
+    real_commit = group_commit.commit_group_offsets
+
+    def hanging_commit(*args, **kwargs):
+        entered.set()
+        release.wait()
+        return real_commit(*args, **kwargs)
+
+    monkeypatch.setattr(group_commit, "commit_group_offsets", hanging_commit)
+    reader = BarrierKafkaStreamReader(
+        {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "kafka.group.id": group,
+         "startingOffsets": "earliest", "checkpoint.storage": storage,
+         "maxOffsetsPerTrigger": "8"}, source_schema())
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    write_completed_offsets(backend_from_uri(storage), CompletedOffsets.of(1, 1, {topic: {0: 8}}))
+    planned = []
+    planner = threading.Thread(target=lambda: planned.append(
+        reader.latestOffset(end, reader.getDefaultReadLimit())), daemon=True)
+    try:
+        planner.start()
+        planner.join(timeout=30)
+        assert not planner.is_alive(), "latestOffset waited for the consumer-group commit"
+        assert planned and planned[0] != end
+        assert entered.wait(timeout=30), "checkpoint 1 was never committed"
+        before = kafka_admin.list_group_offsets({group: [TopicPartition(topic, 0)]})[group]
+        assert before.get(TopicPartition(topic, 0)) is None or \
+            before[TopicPartition(topic, 0)].offset == -1, before  # still held by the commit
+    finally:
+        release.set()
+    reader.stop()
+    assert group_offsets(kafka_admin, group, topic, 1) == {0: 8}
