@@ -122,31 +122,19 @@ def completed_offsets(cfg: PipelineConfig):
     return read_completed_offsets(backend_from_uri(cfg.storage))
 
 
-def group_offsets(cfg: PipelineConfig, partitions) -> Dict[str, int]:
-    """The consumer group's committed offsets of the input topic (-1: none)."""
-    from kafka import TopicPartition
-    from kafka.admin import KafkaAdminClient
-
-    admin = KafkaAdminClient(bootstrap_servers=cfg.bootstrap)
-    try:
-        tps = [TopicPartition(cfg.input_topic, int(p)) for p in partitions]
-        got = admin.list_group_offsets({cfg.group_id: tps})[cfg.group_id]
-        return {str(tp.partition): (om.offset if om is not None else -1)
-                for tp, om in got.items()}
-    finally:
-        admin.close()
-
-
 def is_caught_up(cfg: PipelineConfig, ends: Dict[str, int]) -> bool:
     """True when the newest committed checkpoint covers every input record and the source
     committed its offsets to the consumer group."""
+    from barrier_demo.verify import committed_group_offsets
+
     done = completed_offsets(cfg)
     if done is None:
         return False
     got = {str(p): o for p, o in done.offsets.get(cfg.input_topic, {}).items()}
     if not all(got.get(p, -1) >= end for p, end in ends.items()):
         return False
-    return group_offsets(cfg, ends) == got
+    return committed_group_offsets(cfg.bootstrap, cfg.group_id, cfg.input_topic,
+                                   ends) == got
 
 
 def run_until_caught_up(spark, cfg: PipelineConfig, timeout_s: float = 600.0,

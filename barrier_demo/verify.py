@@ -98,6 +98,22 @@ def compare(expected: Counter, got: Counter) -> Verdict:
     return Verdict(sum(expected.values()), sum(got.values()), duplicates, lost, unexpected)
 
 
+def committed_group_offsets(bootstrap: str, group: str, topic: str,
+                            partitions) -> Dict[str, int]:
+    """``{partition: offset}`` the consumer group ``group`` committed for ``partitions`` of
+    ``topic`` (-1: none), as lag dashboards read them."""
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        tps = [TopicPartition(topic, int(p)) for p in partitions]
+        got = admin.list_group_offsets({group: tps})[group]
+        return {str(tp.partition): (om.offset if om is not None else -1)
+                for tp, om in got.items()}
+    finally:
+        admin.close()
+
+
 def summarize(v: Verdict) -> Dict[str, int]:
     return {"input_records": v.input_records, "output_records": v.output_records,
             "duplicates": v.duplicates, "lost": v.lost, "unexpected": v.unexpected}

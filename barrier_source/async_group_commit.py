@@ -17,8 +17,8 @@ Guarantees:
   that checkpoint or a newer one tries again, as the synchronous commit did on the next batch;
 * any other failure (a bug, an injected test fault) is raised by the next :meth:`submit` or
   :meth:`flush` on the planning thread, so it fails the query as the synchronous commit did;
-* :meth:`flush` returns once nothing is queued or running: the source's ``stop()`` flushes before
-  it commits the last checkpoint, so a stopped query's group is at its last completed checkpoint.
+* :meth:`flush` returns once nothing is queued or running: the source's ``stop()`` submits the
+  last completed checkpoint, then flushes, so a stopped query's group is at that checkpoint.
 
 The group offsets are advisory (lag monitoring, ``startingOffsets=group``): a restart reads its
 position from the checkpoint, never from the group, so committing them later changes no record

@@ -218,18 +218,11 @@ print(format_stats_table(backend))
 
 # COMMAND ----------
 
-from kafka import TopicPartition
-from kafka.admin import KafkaAdminClient
+from barrier_demo.verify import committed_group_offsets
 
 # What the consumer group shows (lag dashboards read it): the latest checkpoint's offsets.
 checkpointed = {str(p): o for p, o in latest.source_offsets[INPUT_TOPIC].items()}
-admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
-try:
-    wanted = [TopicPartition(INPUT_TOPIC, int(p)) for p in checkpointed]
-    committed = admin.list_group_offsets({GROUP_ID: wanted})[GROUP_ID]
-finally:
-    admin.close()
-group_offsets = {str(tp.partition): om.offset for tp, om in committed.items()}
+group_offsets = committed_group_offsets(BOOTSTRAP, GROUP_ID, INPUT_TOPIC, checkpointed)
 print(f"consumer group {GROUP_ID}: {group_offsets}")
 
 # COMMAND ----------
