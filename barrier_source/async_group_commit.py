@@ -17,8 +17,12 @@ Guarantees:
   that checkpoint or a newer one tries again, as the synchronous commit did on the next batch;
 * any other failure (a bug, an injected test fault) is raised by the next :meth:`submit` or
   :meth:`flush` on the planning thread, so it fails the query as the synchronous commit did;
-* :meth:`flush` returns once nothing is queued or running: the source's ``stop()`` submits the
-  last completed checkpoint, then flushes, so a stopped query's group is at that checkpoint.
+* :meth:`flush` returns once nothing is queued or running. The source flushes when a planning
+  starts no batch (the last planning of an ``AvailableNow`` run, a caught-up query): Spark ends
+  a query without waiting for the planner worker's ``stop()``, so the commit of the checkpoint
+  the last batch completed is done before the query terminates. ``stop()`` submits the last
+  completed checkpoint, then flushes too (on a cluster the sink may complete it after the last
+  planning).
 
 The group offsets are advisory (lag monitoring, ``startingOffsets=group``): a restart reads its
 position from the checkpoint, never from the group, so committing them later changes no record

@@ -314,13 +314,23 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         neither: the start is then the newest offset Spark planned, which this reader saw in
         ``partitions`` (at a restart Spark announces the offset log's newest entry as
         ``partitions(end, end)``), or ``initialOffset`` for a new query; the limit is
-        ``getDefaultReadLimit()``."""
+        ``getDefaultReadLimit()``.
+
+        The consumer-group commit of the newest completed checkpoint runs in the background
+        (:mod:`barrier_source.async_group_commit`) while batches are planned; a planning that
+        starts no batch returns only once that commit is done."""
         guessed = start is None
         if guessed:
             start = self._seen if self._seen is not None else self.initialOffset()
         if limit is None:
             limit = self.getDefaultReadLimit()
         planned = self._plan(start, limit)
+        if planned == start and self._group_commits is not None:
+            # No batch: the query may be about to end (the last planning of an AvailableNow
+            # run, a caught-up query before its stop). Spark does not wait for this worker's
+            # stop(), so the group commit of the newest completed checkpoint finishes here, off
+            # every batch's path.
+            self._group_commits.flush()
         self._seen = planned
         self._guessed = (start, planned) if guessed else None
         return planned
@@ -555,7 +565,9 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         """The query stops (driver planner worker): commit the newest completed checkpoint's
         offsets to the consumer group first and wait for the background commits, so a stopped
         job's group is not one checkpoint behind (on a cluster the sink completes it after the
-        source's last ``commit``), then close the admin clients."""
+        source's last ``commit``), then close the admin clients. PySpark calls this when the
+        planner worker's connection closes and Spark does not wait for it, which is why a
+        planning that starts no batch already waits for the commit (``latestOffset``)."""
         try:
             if self.opts.checkpoint_storage and self._last_end is not None:
                 self._commit_completed(self._last_end)

@@ -222,3 +222,57 @@ def test_planning_does_not_wait_for_the_group_commit(bootstrap, kafka_admin, top
         release.set()
     reader.stop()
     assert group_offsets(kafka_admin, group, topic, 1) == {0: 8}
+
+
+def test_planning_no_batch_waits_for_the_group_commit(bootstrap, kafka_admin, topic_factory,
+                                                      tmp_path, monkeypatch):
+    """CI on stop 42's head: notebook 02 through Spark Connect found the consumer group one
+    checkpoint behind after its ``Trigger.AvailableNow`` run ended. The run's last
+    ``latestOffset`` (the one that finds nothing more to read) submitted the checkpoint the last
+    batch completed to the background committer and returned; Spark then ended the query without
+    waiting for the planner worker's ``stop()`` (PySpark calls it when the worker's socket
+    closes), so the commit could land after the query had terminated, or never. A planning that
+    starts no batch now returns only once the group holds the newest completed checkpoint."""
+    import threading
+
+    from barrier_core.schema import source_schema
+    from barrier_source import group_commit
+    from barrier_source.reader import BarrierKafkaStreamReader
+
+    topic = topic_factory(1)
+    group = "g-" + uuid.uuid4().hex[:8]
+    produce(bootstrap, topic, {0: 8})
+    storage = str(tmp_path / "storage")
+    release, entered = threading.Event(), threading.Event()
+    real_commit = group_commit.commit_group_offsets
+
+    def slow_commit(*args, **kwargs):
+        entered.set()
+        release.wait()
+        return real_commit(*args, **kwargs)
+
+    monkeypatch.setattr(group_commit, "commit_group_offsets", slow_commit)
+    reader = BarrierKafkaStreamReader(
+        {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "kafka.group.id": group,
+         "startingOffsets": "earliest", "checkpoint.storage": storage}, source_schema())
+    try:
+        end = reader.latestOffset(reader.initialOffset(), reader.getDefaultReadLimit())
+        done = CompletedOffsets.of(1, 1, {topic: {0: 8}})
+        write_completed_offsets(backend_from_uri(storage), done)
+        planned = []
+        planner = threading.Thread(target=lambda: planned.append(
+            reader.latestOffset(end, reader.getDefaultReadLimit())), daemon=True)
+        planner.start()
+        assert entered.wait(timeout=30), "checkpoint 1 was never committed"
+        planner.join(timeout=2)
+        assert planner.is_alive(), \
+            "latestOffset planned no batch and returned before the group commit finished"
+        release.set()
+        planner.join(timeout=30)
+        assert not planner.is_alive()
+        assert planned == [end], "the caught-up source planned a batch"
+        # No waiting here: the group is at checkpoint 1 when latestOffset returns.
+        assert group_offsets(kafka_admin, group, topic, 1) == {0: 8}
+    finally:
+        release.set()
+        reader.stop()
