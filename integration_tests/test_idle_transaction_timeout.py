@@ -80,7 +80,10 @@ def test_idle_source_seals_open_transactions_before_they_time_out(spark, short_t
     query = _counting_query(
         spark, bootstrap, topic, out, prefix, storage, str(tmp_path / "chk"),
         {"execution.checkpointing.interval-batches": "3",
-         "execution.checkpointing.idle-seal-after": "3s"},
+         # 5 s: the check below that batch 1's records still wait must run before the seal;
+         # with 3 s it once ran after it on a loaded machine (5 s + the 12 s checkpoint timeout
+         # + the 3 s restart budget fit the 20 s transaction timeout, as the sink checks).
+         "execution.checkpointing.idle-seal-after": "5s"},
         {"kafka.transaction.timeout.ms": str(TXN_TIMEOUT_MS),
          "execution.checkpointing.timeout": "12000",
          "execution.checkpointing.tolerable-failed-checkpoints": "3",
