@@ -174,53 +174,64 @@ def test_lag_reads_zero_on_a_transactional_topic_once_caught_up(spark, bootstrap
     assert lags == ["0", "0"], described
 
 
+class _HeldCommit:
+    """A source reader whose consumer-group commits wait for ``release`` (``entered`` is set
+    when one starts), after one planned batch over 8 of ``records`` records and checkpoint 1
+    completed at offset 8; ``plan_next()`` runs the next ``latestOffset`` in a thread."""
+
+    def __init__(self, bootstrap, topic_factory, tmp_path, monkeypatch, records, **options):
+        import threading
+
+        from barrier_core.schema import source_schema
+        from barrier_source import group_commit
+        from barrier_source.reader import BarrierKafkaStreamReader
+
+        self.topic, self.group = topic_factory(1), "g-" + uuid.uuid4().hex[:8]
+        produce(bootstrap, self.topic, {0: records})
+        storage = str(tmp_path / "storage")
+        self.release, self.entered = threading.Event(), threading.Event()
+        real_commit = group_commit.commit_group_offsets
+
+        def held_commit(*args, **kwargs):
+            self.entered.set()
+            self.release.wait()
+            return real_commit(*args, **kwargs)
+
+        monkeypatch.setattr(group_commit, "commit_group_offsets", held_commit)
+        self.reader = BarrierKafkaStreamReader(
+            {"kafka.bootstrap.servers": bootstrap, "subscribe": self.topic,
+             "kafka.group.id": self.group, "startingOffsets": "earliest",
+             "checkpoint.storage": storage, "maxOffsetsPerTrigger": "8", **options},
+            source_schema())
+        self.end = self.reader.latestOffset(self.reader.initialOffset(),
+                                            self.reader.getDefaultReadLimit())
+        write_completed_offsets(backend_from_uri(storage),
+                                CompletedOffsets.of(1, 1, {self.topic: {0: 8}}))
+        self.planned = []
+        self.planner = threading.Thread(target=lambda: self.planned.append(
+            self.reader.latestOffset(self.end, self.reader.getDefaultReadLimit())), daemon=True)
+
+
 def test_planning_does_not_wait_for_the_group_commit(bootstrap, kafka_admin, topic_factory,
                                                      tmp_path, monkeypatch):
     """Stop 42: ``latestOffset`` committed the newest completed checkpoint to the consumer group
     before it planned the batch (two broker round trips, about 14 ms of every batch). The commit
     now runs in the background: planning returns while a commit hangs, and ``stop`` waits for it
     and leaves the group at the last completed checkpoint."""
-    import threading
-
-    from barrier_core.schema import source_schema
-    from barrier_source import group_commit
-    from barrier_source.reader import BarrierKafkaStreamReader
-
-    topic = topic_factory(1)
-    group = "g-" + uuid.uuid4().hex[:8]
-    produce(bootstrap, topic, {0: 20})
-    storage = str(tmp_path / "storage")
-    release, entered = threading.Event(), threading.Event()
-    real_commit = group_commit.commit_group_offsets
-
-    def hanging_commit(*args, **kwargs):
-        entered.set()
-        release.wait()
-        return real_commit(*args, **kwargs)
-
-    monkeypatch.setattr(group_commit, "commit_group_offsets", hanging_commit)
-    reader = BarrierKafkaStreamReader(
-        {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "kafka.group.id": group,
-         "startingOffsets": "earliest", "checkpoint.storage": storage,
-         "maxOffsetsPerTrigger": "8"}, source_schema())
-    start = reader.initialOffset()
-    end = reader.latestOffset(start, reader.getDefaultReadLimit())
-    write_completed_offsets(backend_from_uri(storage), CompletedOffsets.of(1, 1, {topic: {0: 8}}))
-    planned = []
-    planner = threading.Thread(target=lambda: planned.append(
-        reader.latestOffset(end, reader.getDefaultReadLimit())), daemon=True)
+    held = _HeldCommit(bootstrap, topic_factory, tmp_path, monkeypatch, records=20)
+    topic, group = held.topic, held.group
     try:
-        planner.start()
-        planner.join(timeout=30)
-        assert not planner.is_alive(), "latestOffset waited for the consumer-group commit"
-        assert planned and planned[0] != end
-        assert entered.wait(timeout=30), "checkpoint 1 was never committed"
+        held.planner.start()
+        held.planner.join(timeout=30)
+        assert not held.planner.is_alive(), "latestOffset waited for the consumer-group commit"
+        assert held.planned and held.planned[0] != held.end
+        assert held.entered.wait(timeout=30), "checkpoint 1 was never committed"
         before = kafka_admin.list_group_offsets({group: [TopicPartition(topic, 0)]})[group]
         assert before.get(TopicPartition(topic, 0)) is None or \
             before[TopicPartition(topic, 0)].offset == -1, before  # still held by the commit
     finally:
-        release.set()
-    reader.stop()
+        held.release.set()
+    held.reader.stop()
     assert group_offsets(kafka_admin, group, topic, 1) == {0: 8}
 
 
@@ -233,46 +244,19 @@ def test_planning_no_batch_waits_for_the_group_commit(bootstrap, kafka_admin, to
     waiting for the planner worker's ``stop()`` (PySpark calls it when the worker's socket
     closes), so the commit could land after the query had terminated, or never. A planning that
     starts no batch now returns only once the group holds the newest completed checkpoint."""
-    import threading
-
-    from barrier_core.schema import source_schema
-    from barrier_source import group_commit
-    from barrier_source.reader import BarrierKafkaStreamReader
-
-    topic = topic_factory(1)
-    group = "g-" + uuid.uuid4().hex[:8]
-    produce(bootstrap, topic, {0: 8})
-    storage = str(tmp_path / "storage")
-    release, entered = threading.Event(), threading.Event()
-    real_commit = group_commit.commit_group_offsets
-
-    def slow_commit(*args, **kwargs):
-        entered.set()
-        release.wait()
-        return real_commit(*args, **kwargs)
-
-    monkeypatch.setattr(group_commit, "commit_group_offsets", slow_commit)
-    reader = BarrierKafkaStreamReader(
-        {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "kafka.group.id": group,
-         "startingOffsets": "earliest", "checkpoint.storage": storage}, source_schema())
+    held = _HeldCommit(bootstrap, topic_factory, tmp_path, monkeypatch, records=8)
     try:
-        end = reader.latestOffset(reader.initialOffset(), reader.getDefaultReadLimit())
-        done = CompletedOffsets.of(1, 1, {topic: {0: 8}})
-        write_completed_offsets(backend_from_uri(storage), done)
-        planned = []
-        planner = threading.Thread(target=lambda: planned.append(
-            reader.latestOffset(end, reader.getDefaultReadLimit())), daemon=True)
-        planner.start()
-        assert entered.wait(timeout=30), "checkpoint 1 was never committed"
-        planner.join(timeout=2)
-        assert planner.is_alive(), \
+        held.planner.start()
+        assert held.entered.wait(timeout=30), "checkpoint 1 was never committed"
+        held.planner.join(timeout=2)
+        assert held.planner.is_alive(), \
             "latestOffset planned no batch and returned before the group commit finished"
-        release.set()
-        planner.join(timeout=30)
-        assert not planner.is_alive()
-        assert planned == [end], "the caught-up source planned a batch"
+        held.release.set()
+        held.planner.join(timeout=30)
+        assert not held.planner.is_alive()
+        assert held.planned == [held.end], "the caught-up source planned a batch"
         # No waiting here: the group is at checkpoint 1 when latestOffset returns.
-        assert group_offsets(kafka_admin, group, topic, 1) == {0: 8}
+        assert group_offsets(kafka_admin, held.group, held.topic, 1) == {0: 8}
     finally:
-        release.set()
-        reader.stop()
+        held.release.set()
+        held.reader.stop()
