@@ -48,8 +48,10 @@ class AsyncGroupCommits:
     """One background thread committing completed checkpoints to the consumer group (driver
     planner worker). See the module docstring for what it guarantees."""
 
-    def __init__(self, commit: CommitFn, name: str = "barrier-kafka-group-commit") -> None:
+    def __init__(self, commit: CommitFn, name: str = "barrier-kafka-group-commit",
+                 on_close: Optional[Callable[[], None]] = None) -> None:
         self._commit = commit
+        self._on_close = on_close   # releases what ``commit`` holds (its admin client)
         self._name = name
         self._cond = threading.Condition()
         self._queued: Optional[Tuple[int, Mapping, int]] = None
@@ -86,13 +88,16 @@ class AsyncGroupCommits:
             return done
 
     def close(self) -> None:
-        """Stop the thread once the queued commit, if any, has run (planning thread)."""
+        """Stop the thread once the queued commit, if any, has run, then call ``on_close``
+        (planning thread)."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
             thread = self._thread
         if thread is not None:
             thread.join()
+        if self._on_close is not None:
+            self._on_close()
 
     def _raise_failure(self) -> None:
         error, self._error = self._error, None

@@ -18,7 +18,7 @@ durably processed offset is complete; it is committed from ``commit(end)`` and f
 committed even when no further batch runs). With ``checkpoint.storage`` set, the coordinator
 decides completion and the source commits what ``_completed_offsets.json`` says. The commit runs
 in a background thread of the planner worker (:mod:`barrier_source.async_group_commit`), so no
-batch waits for it; ``stop()`` waits for it.
+batch waits for it; a planning that starts no batch and ``stop()`` wait for it.
 """
 
 from __future__ import annotations
@@ -87,7 +87,6 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         self._kafka = KafkaMetadata(self.opts)
         self._storage = None  # checkpoint.storage, opened on first use (driver)
         self._group_commits = None  # AsyncGroupCommits, started on first use (driver)
-        self._group_commits_kafka: Optional[KafkaMetadata] = None  # their own admin client
         self._last_end: Optional[SourceOffset] = None  # newest end offset Spark committed
         self._last_batch_ms = _now_ms()
         self._available_now: Optional[PartitionOffsets] = None
@@ -124,7 +123,7 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_storage"] = None
-        state["_group_commits"] = state["_group_commits_kafka"] = None
+        state["_group_commits"] = None
         return state
 
     def _commits(self):
@@ -146,8 +145,7 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
                     kafka.close()  # the next commit opens a fresh client
                     raise
 
-            self._group_commits = AsyncGroupCommits(commit)
-            self._group_commits_kafka = kafka
+            self._group_commits = AsyncGroupCommits(commit, on_close=kafka.close)
         return self._group_commits
 
     # ------------------------------------------------------------------ Spark API (driver)
@@ -577,7 +575,6 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             try:
                 if self._group_commits is not None:
                     self._group_commits.close()
-                    self._group_commits_kafka.close()
                     self._group_commits = None
             finally:
                 self._kafka.close()

@@ -86,7 +86,8 @@ def test_a_failure_is_raised_by_the_next_submit():
 
 def test_close_runs_the_waiting_commit_then_ends_the_thread():
     commit = Recorder(hold=True)
-    commits = AsyncGroupCommits(commit)
+    closed = []   # the commits made when on_close ran
+    commits = AsyncGroupCommits(commit, on_close=lambda: closed.append(len(commit.calls)))
     commits.submit(1, {"t": {0: 1}})
     assert commit.entered.wait(timeout=30)
     commits.submit(2, {"t": {0: 2}})
@@ -96,5 +97,6 @@ def test_close_runs_the_waiting_commit_then_ends_the_thread():
     closer.join(timeout=30)
     assert not closer.is_alive()
     assert [c[0] for c in commit.calls] == [1, 2]
+    assert closed == [2]   # once, after both commits
     assert not any(t.name == "barrier-kafka-group-commit" and t.is_alive()
                    for t in threading.enumerate())
