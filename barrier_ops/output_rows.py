@@ -29,10 +29,13 @@ NO_CHANNELS: List[str] = []
 class OutputRows:
     """Output rows in emission order: blocks of user records and single control rows.
 
-    The user's columns are kept value by value. A control column holds one value per block of
-    records (``offset`` its first offset) and per control row, repeated when the frame is built:
-    pandas infers each control column's dtype from those few values, which gives the dtype it
-    would infer from the whole column, since the repeats add no value of a new type.
+    The user's columns are kept value by value. A control column holds one value per piece (a
+    block of records, ``offset`` its first offset, or a control row), repeated when the frame
+    is built: pandas infers each control column's dtype from those few values, which gives the
+    dtype it would infer from the whole column, since the repeats add no value of a new type.
+    ``timestamp`` is kept apart, one value per stamp (a piece of :meth:`add_blocks` has one a
+    block, any other piece one), so the keys of an epoch segment, each with the latest
+    timestamp of its records, make one piece.
     """
 
     def __init__(self, user_columns: Sequence[str]) -> None:
@@ -40,7 +43,13 @@ class OutputRows:
         self._user: Dict[str, List[Any]] = {c: [] for c in self.user_columns}
         self._user_lists = [self._user[c] for c in self.user_columns]   # user-column order
         self._pieces: List[Tuple] = []   # a piece's control values, in CONTROL_COLUMNS order
-        self._counts: List[int] = []
+        self._counts: List[int] = []     # rows a piece
+        self._stamps: List[Any] = []     # timestamps (a piece's own is unused)
+        self._stamp_counts: List[int] = []   # rows a timestamp
+        self._runs: List[int] = []       # the first piece of each run (packed_frame)
+        #: what a piece of records must have to continue the last piece's run: (topic,
+        #: partition, epoch, next offset); None after a control row
+        self._run_next: Optional[Tuple] = None
 
     def add_records(self, rows: List[Tuple], topic: str, partition: int, first_offset: int,
                     timestamp, epoch: int) -> None:
@@ -55,10 +64,31 @@ class OutputRows:
         else:
             for values, column in zip(self._user_lists, zip(*rows)):
                 values.extend(column)
+        self._continue_run(topic, partition, epoch, first_offset, n)
         # CONTROL_COLUMNS order; one tuple a piece: a key's block costs one append, not nine
-        self._pieces.append((topic, partition, first_offset, timestamp, KIND_RECORD, epoch, None,
+        self._pieces.append((topic, partition, first_offset, None, KIND_RECORD, epoch, None,
                              NO_CHANNELS, None))
         self._counts.append(n)
+        self._stamps.append(timestamp)
+        self._stamp_counts.append(n)
+
+    def add_blocks(self, rows: List[Tuple], counts: List[int], timestamps: List[Any],
+                   topic: str, partition: int, first_offset: int, epoch: int) -> None:
+        """Consecutive blocks of user rows in one call: block ``i`` is the next ``counts[i]``
+        tuples of ``rows`` (every count > 0), with timestamp ``timestamps[i]``; the blocks'
+        offsets count on from ``first_offset``. The same rows as :meth:`add_records` for each
+        block in turn, added at once as one piece: the keys of an epoch segment, one block a
+        key, cost one transpose and two list appends a key instead of a call each."""
+        if not counts:
+            return
+        for values, column in zip(self._user_lists, zip(*rows)):
+            values.extend(column)
+        self._continue_run(topic, partition, epoch, first_offset, len(rows))
+        self._pieces.append((topic, partition, first_offset, None, KIND_RECORD, epoch, None,
+                             NO_CHANNELS, None))
+        self._counts.append(len(rows))
+        self._stamps.extend(timestamps)
+        self._stamp_counts.extend(counts)
 
     def add_control(self, **fields) -> None:
         """One control row: the given control fields, every other column null."""
@@ -68,8 +98,21 @@ class OutputRows:
         for values in self._user.values():
             values.append(None)
         fields.setdefault("barrier_channels", NO_CHANNELS)
+        self._runs.append(len(self._pieces))   # a control row is a run of its own
+        self._run_next = None
         self._pieces.append(tuple(fields.get(name) for name in CONTROL_COLUMNS))
         self._counts.append(1)
+        self._stamps.append(fields.get("timestamp"))
+        self._stamp_counts.append(1)
+
+    def _continue_run(self, topic: str, partition: int, epoch: int, first_offset, n: int) -> None:
+        """Records of ``n`` rows at ``first_offset`` are added next: they start a new run unless
+        they continue the last piece's (records too, same topic, partition and epoch, offsets
+        going on from it: a key group's records between two control rows)."""
+        if first_offset is None or self._run_next != (topic, partition, epoch, first_offset):
+            self._runs.append(len(self._pieces))
+        self._run_next = (None if first_offset is None
+                          else (topic, partition, epoch, first_offset + n))
 
     def _control(self) -> Dict[str, List[Any]]:
         """Each control column's values, one a piece."""
@@ -86,7 +129,10 @@ class OutputRows:
         columns = {name: _user_series(values) for name, values in self._user.items()}
         for name, values in self._control().items():
             if name == "timestamp":
-                values = naive_timestamps(values)
+                column = _control_array(name, naive_timestamps(self._stamps)).repeat(
+                    np.asarray(self._stamp_counts, dtype=np.int64))
+                columns[name] = column
+                continue
             column = _control_array(name, values).repeat(counts)
             if name == "offset" and (counts > 1).any():  # a block counts up from its first
                 first_row = np.cumsum(counts) - counts
@@ -110,7 +156,7 @@ class OutputRows:
         if not len(counts):
             return pd.DataFrame({name: [] for name in names}, columns=names)
         control = self._control()
-        run = _run_starts(control, counts)              # first piece of each run
+        run = np.asarray(self._runs, dtype=np.int64)    # first piece of each run
         run_counts = np.add.reduceat(counts, run)
         is_record = (np.asarray(control["kind"], dtype=object) == KIND_RECORD)[run]
         rows_per_run = np.where(is_record, -(-run_counts // max_records), 1)
@@ -134,28 +180,12 @@ class OutputRows:
             if name == "offset" and step.any():   # a row of a run counts on from its first
                 column = column + step
             columns[name] = column
-        micros = np.empty(len(counts), dtype=object)
-        micros[:] = utc_micros(control["timestamp"], time_zone)
-        columns[PACKED_TIMESTAMPS] = _packed_cells(micros.repeat(counts), [
+        micros = np.empty(len(self._stamps), dtype=object)
+        micros[:] = utc_micros(self._stamps, time_zone)
+        columns[PACKED_TIMESTAMPS] = _packed_cells(micros.repeat(self._stamp_counts), [
             (a, b if is_rec else a + 1, True) for a, b, is_rec in bounds])
         columns[PACKED_COUNT] = size.astype(np.int32)
         return _frame_of(columns)
-
-
-def _run_starts(control: Dict[str, List[Any]], counts: np.ndarray) -> np.ndarray:
-    """Index of the first piece of each run: a piece of records continues the one before it
-    when that is records too, of the same topic, partition and epoch, and its offsets go on
-    from there (a key group's records between two control rows)."""
-    kind, topic = control["kind"], control["topic"]
-    partition, epoch, offset = control["partition"], control["checkpoint_id"], control["offset"]
-    starts = [0]
-    for i in range(1, len(counts)):
-        j = i - 1
-        if not (kind[i] == KIND_RECORD and kind[j] == KIND_RECORD and topic[i] == topic[j]
-                and partition[i] == partition[j] and epoch[i] == epoch[j]
-                and offset[j] is not None and offset[i] == offset[j] + int(counts[j])):
-            starts.append(i)
-    return np.asarray(starts, dtype=np.int64)
 
 
 #: control columns whose values are text, lists or None: their dtype is ``object`` whatever the

@@ -219,17 +219,28 @@ class KeyGroupRuntime:
             else:
                 key_rows = KeyRows(rows, len(keys))
         ranges = zip(bounds[:-1].tolist(), bounds[1:].tolist(), latest.of_ranges(bounds))
-        # the loop runs once per key: what it reads from self is looked up once
-        process, emit = self._fn.process_records, self._emit_records
+        # the loop runs once per key: what it reads from self is looked up once, and the keys'
+        # output goes to the output rows in one call after it (OutputRows.add_blocks)
+        process, columns = self._fn.process_records, self._user_columns
         store, key_group, epoch, now_ms = self.store, self.key_group, self.epoch, self._now_ms
         touch = self.incremental.touch if self.incremental is not None else None
+        rows: List[tuple] = []
+        counts: List[int] = []
+        stamps: List[Any] = []   # of_ranges gives None for no timestamp, never NaT
         for key, (a, b, ts) in zip(keys, ranges):
             if type(key) not in _PLAIN_KEYS:   # numpy scalars, NaN
                 key = _py(key)
             if touch is not None:
                 touch(key)
-            emit(process(key, key_rows(a, b), KeyedContext(store, key, key_group, epoch, now_ms)),
-                 ts)
+            out = rows_to_tuples(process(key, key_rows(a, b),
+                                         KeyedContext(store, key, key_group, epoch, now_ms)),
+                                 columns)
+            if out:
+                rows += out
+                counts.append(len(out))
+                stamps.append(ts)
+        self._out.add_blocks(rows, counts, stamps, self._topic, key_group, self.output_seq, epoch)
+        self.output_seq += len(rows)
         wm_ts = latest.between(0, len(positions))
         if wm_ts is not None:
             wm = int(wm_ts.value // 1_000_000) - self._opts.watermark_delay_ms

@@ -94,6 +94,40 @@ def test_packed_frame_unpacks_to_the_rows_of_frame(seed, max_records, tz):
     assert plain(unpacked(packed)) == plain(expected(out, "America/New_York"))
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_blocks_added_at_once_are_the_blocks_added_one_by_one(seed):
+    """OutputRows.add_blocks (an epoch segment's keys in one call) gives the frame and the
+    packed frame of add_records called once a block, between control rows and blocks that
+    continue a segment, follow it with a gap, or start another channel or epoch."""
+    rng = random.Random(seed)
+    one_by_one, at_once = OutputRows(COLUMNS), OutputRows(COLUMNS)
+    offset = 0
+    for _ in range(rng.randrange(1, 12)):
+        if rng.random() < 0.25:
+            control = dict(kind="barrier", checkpoint_id=4, topic="op:c", partition=2,
+                           offset=offset, checkpoint_timestamp=99, barrier_channels=["op:c:0"])
+            one_by_one.add_control(**control)
+            at_once.add_control(**control)
+            continue
+        counts = [rng.randrange(1, 4) for _ in range(rng.randrange(1, 30))]
+        rows = [(f"w{rng.randrange(9)}", rng.choice([1, 2 ** 53 + 1, None]))
+                for _ in range(sum(counts))]
+        stamps = [rng.choice([None, 1767225600000000000 + rng.randrange(10 ** 12),
+                              pd.Timestamp("2026-01-01") + pd.Timedelta(rng.randrange(99), "s")])
+                  for _ in counts]
+        partition, epoch = rng.choice([(1, 2), (1, 2), (0, 2), (1, 3)])
+        offset += rng.choice([0, 0, 5])
+        at_once.add_blocks(rows, counts, stamps, "op:c", partition, offset, epoch)
+        at = 0
+        for count, ts in zip(counts, stamps):
+            one_by_one.add_records(rows[at:at + count], "op:c", partition, offset, ts, epoch)
+            at, offset = at + count, offset + count
+    pd.testing.assert_frame_equal(at_once.frame(), one_by_one.frame())
+    for max_records in (1, 3, 32):
+        pd.testing.assert_frame_equal(at_once.packed_frame(max_records, "UTC"),
+                                      one_by_one.packed_frame(max_records, "UTC"))
+
+
 def test_blocks_that_continue_one_another_share_packed_rows_with_their_own_timestamps():
     """One record per key, as a per-key count emits them: 70 keys of one segment take three
     packed rows, not seventy; a control row, another epoch or a gap in offsets starts anew."""
@@ -168,6 +202,9 @@ def test_naive_nanoseconds_convert_as_the_naive_timestamps_they_stand_for(zone):
     as_ints = [None if t is None else t.value for t in stamps]
     assert utc_micros(as_ints, zone) == utc_micros(stamps, zone)
     assert utc_micros([as_ints[0], stamps[2]], zone) == utc_micros([stamps[0], stamps[2]], zone)
+    only_ints = [as_ints[0], as_ints[2], as_ints[2] + 1]   # converted as one array in UTC
+    assert utc_micros(only_ints, zone) == utc_micros(
+        [stamps[0], stamps[2], stamps[2] + pd.Timedelta(1, "ns")], zone)
     frames = []
     for values in (stamps, as_ints):
         out = OutputRows(COLUMNS)
