@@ -64,11 +64,7 @@ class OutputRows:
         else:
             for values, column in zip(self._user_lists, zip(*rows)):
                 values.extend(column)
-        self._continue_run(topic, partition, epoch, first_offset, n)
-        # CONTROL_COLUMNS order; one tuple a piece: a key's block costs one append, not nine
-        self._pieces.append((topic, partition, first_offset, None, KIND_RECORD, epoch, None,
-                             NO_CHANNELS, None))
-        self._counts.append(n)
+        self._add_record_piece(topic, partition, first_offset, epoch, n)
         self._stamps.append(timestamp)
         self._stamp_counts.append(n)
 
@@ -83,10 +79,7 @@ class OutputRows:
             return
         for values, column in zip(self._user_lists, zip(*rows)):
             values.extend(column)
-        self._continue_run(topic, partition, epoch, first_offset, len(rows))
-        self._pieces.append((topic, partition, first_offset, None, KIND_RECORD, epoch, None,
-                             NO_CHANNELS, None))
-        self._counts.append(len(rows))
+        self._add_record_piece(topic, partition, first_offset, epoch, len(rows))
         self._stamps.extend(timestamps)
         self._stamp_counts.extend(counts)
 
@@ -105,14 +98,20 @@ class OutputRows:
         self._stamps.append(fields.get("timestamp"))
         self._stamp_counts.append(1)
 
-    def _continue_run(self, topic: str, partition: int, epoch: int, first_offset, n: int) -> None:
-        """Records of ``n`` rows at ``first_offset`` are added next: they start a new run unless
-        they continue the last piece's (records too, same topic, partition and epoch, offsets
-        going on from it: a key group's records between two control rows)."""
+    def _add_record_piece(self, topic: str, partition: int, first_offset, epoch: int,
+                          n: int) -> None:
+        """The control values of ``n`` records at ``first_offset`` (their user values and
+        timestamps are the caller's to add). They start a new run unless they continue the last
+        piece's (records too, same topic, partition and epoch, offsets going on from it: a key
+        group's records between two control rows)."""
         if first_offset is None or self._run_next != (topic, partition, epoch, first_offset):
             self._runs.append(len(self._pieces))
         self._run_next = (None if first_offset is None
                           else (topic, partition, epoch, first_offset + n))
+        # CONTROL_COLUMNS order; one tuple a piece: a block costs one append, not nine
+        self._pieces.append((topic, partition, first_offset, None, KIND_RECORD, epoch, None,
+                             NO_CHANNELS, None))
+        self._counts.append(n)
 
     def _control(self) -> Dict[str, List[Any]]:
         """Each control column's values, one a piece."""
