@@ -90,19 +90,31 @@ class KeyedStateStore:
 
 
 class ValueState:
-    """One value per key (Flink ``ValueState``): ``value()``, ``update(v)``, ``clear()``."""
+    """One value per key (Flink ``ValueState``): ``value()``, ``update(v)``, ``clear()``.
+
+    ``value`` and ``update`` read and write the store's dict themselves (what
+    :meth:`KeyedStateStore.get` and :meth:`~KeyedStateStore.put` do): most functions make one
+    of these a key and batch and call both, so the calls they save are paid once a key."""
+
+    __slots__ = ("_store", "_key", "_name", "_default")
 
     def __init__(self, store: KeyedStateStore, key, name: str, default=None) -> None:
         self._store, self._key, self._name, self._default = store, key, name, default
 
     def value(self):
-        return self._store.get(self._key, self._name, self._default)
+        slot = self._store.data.get(self._key)
+        return self._default if slot is None else slot.get(self._name, self._default)
 
     def update(self, value) -> None:
         if value is None:
             self.clear()
+            return
+        data = self._store.data
+        slot = data.get(self._key)
+        if slot is None:
+            data[self._key] = {self._name: value}
         else:
-            self._store.put(self._key, self._name, value)
+            slot[self._name] = value
 
     def clear(self) -> None:
         self._store.delete(self._key, self._name)
