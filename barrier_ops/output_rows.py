@@ -18,6 +18,8 @@ from barrier_ops.packed_rows import (PACKED_COUNT, PACKED_TIMESTAMPS, naive_time
 #: columns every operator output row carries after the user's columns (see protocol.md)
 CONTROL_COLUMNS = ["topic", "partition", "offset", "timestamp", "kind", "checkpoint_id",
                    "checkpoint_timestamp", "barrier_channels", "ack"]
+#: the control columns a piece holds: ``timestamp`` is kept apart (``OutputRows._stamps``)
+_PIECE_COLUMNS = [c for c in CONTROL_COLUMNS if c != "timestamp"]
 
 #: ``barrier_channels`` of every output row but a barrier: an empty list, never null. Spark's JVM
 #: hands a list column null on most rows to the next Python step (the sink) at a cost per row
@@ -33,8 +35,8 @@ class OutputRows:
     block of records, ``offset`` its first offset, or a control row), repeated when the frame
     is built: pandas infers each control column's dtype from those few values, which gives the
     dtype it would infer from the whole column, since the repeats add no value of a new type.
-    ``timestamp`` is kept apart, one value per stamp (a piece of :meth:`add_blocks` has one a
-    block, any other piece one), so the keys of an epoch segment, each with the latest
+    ``timestamp`` is not a piece's: it is kept apart, one value per stamp (a piece of
+    :meth:`add_blocks` has one a block, any other piece one), so the keys of an epoch segment, each with the latest
     timestamp of its records, make one piece.
     """
 
@@ -42,9 +44,9 @@ class OutputRows:
         self.user_columns = list(user_columns)
         self._user: Dict[str, List[Any]] = {c: [] for c in self.user_columns}
         self._user_lists = [self._user[c] for c in self.user_columns]   # user-column order
-        self._pieces: List[Tuple] = []   # a piece's control values, in CONTROL_COLUMNS order
+        self._pieces: List[Tuple] = []   # a piece's control values, in _PIECE_COLUMNS order
         self._counts: List[int] = []     # rows a piece
-        self._stamps: List[Any] = []     # timestamps (a piece's own is unused)
+        self._stamps: List[Any] = []     # timestamps
         self._stamp_counts: List[int] = []   # rows a timestamp
         self._runs: List[int] = []       # the first piece of each run (packed_frame)
         #: what a piece of records must have to continue the last piece's run: (topic,
@@ -93,7 +95,7 @@ class OutputRows:
         fields.setdefault("barrier_channels", NO_CHANNELS)
         self._runs.append(len(self._pieces))   # a control row is a run of its own
         self._run_next = None
-        self._pieces.append(tuple(fields.get(name) for name in CONTROL_COLUMNS))
+        self._pieces.append(tuple(fields.get(name) for name in _PIECE_COLUMNS))
         self._counts.append(1)
         self._stamps.append(fields.get("timestamp"))
         self._stamp_counts.append(1)
@@ -108,16 +110,16 @@ class OutputRows:
             self._runs.append(len(self._pieces))
         self._run_next = (None if first_offset is None
                           else (topic, partition, epoch, first_offset + n))
-        # CONTROL_COLUMNS order; one tuple a piece: a block costs one append, not nine
-        self._pieces.append((topic, partition, first_offset, None, KIND_RECORD, epoch, None,
+        # _PIECE_COLUMNS order; one tuple a piece: a block costs one append, not eight
+        self._pieces.append((topic, partition, first_offset, KIND_RECORD, epoch, None,
                              NO_CHANNELS, None))
         self._counts.append(n)
 
     def _control(self) -> Dict[str, List[Any]]:
-        """Each control column's values, one a piece."""
+        """Each control column's values but ``timestamp``'s, one a piece."""
         if not self._pieces:
-            return {name: [] for name in CONTROL_COLUMNS}
-        return dict(zip(CONTROL_COLUMNS, map(list, zip(*self._pieces))))
+            return {name: [] for name in _PIECE_COLUMNS}
+        return dict(zip(_PIECE_COLUMNS, map(list, zip(*self._pieces))))
 
     def frame(self) -> pd.DataFrame:
         names = self.user_columns + CONTROL_COLUMNS
@@ -126,13 +128,13 @@ class OutputRows:
         if not total:
             return pd.DataFrame({name: [] for name in names}, columns=names)
         columns = {name: _user_series(values) for name, values in self._user.items()}
-        for name, values in self._control().items():
+        control = self._control()
+        for name in CONTROL_COLUMNS:
             if name == "timestamp":
-                column = _control_array(name, naive_timestamps(self._stamps)).repeat(
+                columns[name] = _control_array(name, naive_timestamps(self._stamps)).repeat(
                     np.asarray(self._stamp_counts, dtype=np.int64))
-                columns[name] = column
                 continue
-            column = _control_array(name, values).repeat(counts)
+            column = _control_array(name, control[name]).repeat(counts)
             if name == "offset" and (counts > 1).any():  # a block counts up from its first
                 first_row = np.cumsum(counts) - counts
                 column = column + (np.arange(total) - np.repeat(first_row, counts))
@@ -149,8 +151,7 @@ class OutputRows:
         ``offset`` the first offset of the row. A control row takes one row with null user
         columns. :data:`~barrier_ops.packed_rows.PACKED_COUNT` says how many rows each stands
         for. Built column by column, as :meth:`frame`."""
-        names = (self.user_columns + [c for c in CONTROL_COLUMNS if c != "timestamp"]
-                 + [PACKED_TIMESTAMPS, PACKED_COUNT])
+        names = self.user_columns + _PIECE_COLUMNS + [PACKED_TIMESTAMPS, PACKED_COUNT]
         counts = np.asarray(self._counts, dtype=np.int64)
         if not len(counts):
             return pd.DataFrame({name: [] for name in names}, columns=names)
@@ -171,8 +172,6 @@ class OutputRows:
         one_row_a_piece = (len(piece) == len(counts)    # no run merged or split: 0, 1, 2 ...
                            and bool((piece == np.arange(len(counts))).all()))
         for name, values in control.items():
-            if name == "timestamp":
-                continue
             column = _control_array(name, values)
             if not one_row_a_piece:
                 column = column.take(piece)
