@@ -37,11 +37,13 @@ medians to ``native``, for the whole run and, as ``after start``, for the same r
 their first trigger: a query's start is a fixed cost per query (for a Python data source PySpark
 starts a fresh planner Python process before the first trigger, about 1.3 s here against 0.1 s for
 Spark's own source), which a 200,000-record run weighs far more than a query that runs for days.
-Three more tables split the last round: one batch's wall time by phase (:func:`attribute`), the
+Four more tables split the last round: one batch's wall time by phase (:func:`attribute`), the
 whole run into query start, first batch, other batches and the wait until visible
-(:func:`run_split`), and the CPU seconds each kind of process spent from the query's start to its
+(:func:`run_split`), the CPU seconds each kind of process spent from the query's start to its
 last batch's end (:mod:`benchmarks.process_cpu`: the Spark JVM, PySpark's Python task workers,
-its driver-side Python workers, the broker, this process).
+its driver-side Python workers, the broker, this process), and one batch's Spark job by stage
+with the Python time PySpark reports inside each, from Spark's event log
+(:mod:`benchmarks.stage_times`).
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ from barrier_ops.function import KeyedProcessFunction  # noqa: E402
 from benchmarks.bench_sink import make_topic  # noqa: E402
 from benchmarks.bench_source import spark_with_kafka_connector  # noqa: E402
 from benchmarks import process_cpu  # noqa: E402
+from benchmarks.stage_times import (COLUMNS as STAGE_COLUMNS, PYTHON_TIME,  # noqa: E402
+                                    EventLogTail, event_log_conf, stage_times)
 from benchmarks.visibility import StableOffsetLog, final_count_offsets  # noqa: E402
 from kafka_harness.bytecode import compile_library  # noqa: E402
 
@@ -269,20 +273,20 @@ def run_split(progress, started_s: float, visible_s: float) -> dict:
 
 
 def one_run(spark, variant, bootstrap, src, records, keys, batch, max_parallelism=16,
-            max_partitions=0, parallelism=None):
+            max_partitions=0, parallelism=None, event_log=None):
     out = make_topic(bootstrap, 2)
     work = tempfile.mkdtemp(prefix="bench-pipe-")
     stable = StableOffsetLog(bootstrap, out).start()
     try:
         return _measured_run(spark, variant, bootstrap, src, out, work, stable, records, keys,
-                             batch, max_parallelism, max_partitions, parallelism)
+                             batch, max_parallelism, max_partitions, parallelism, event_log)
     finally:
         stable.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 
 def _measured_run(spark, variant, bootstrap, src, out, work, stable, records, keys, batch,
-                  max_parallelism, max_partitions, parallelism):
+                  max_parallelism, max_partitions, parallelism, event_log=None):
     """One run from ``writeStream.start()`` until the final count of every key was visible to a
     ``read_committed`` consumer (:mod:`benchmarks.visibility`: the moment the stable offsets
     passed the last of them, not the moment this process finished reading them)."""
@@ -316,6 +320,9 @@ def _measured_run(spark, variant, bootstrap, src, out, work, stable, records, ke
     phases = attribute(progress, storage)
     phases["run"] = run_split(progress, wall0, visible)
     phases["cpu"] = cpu
+    if event_log is not None:   # benchmarks.stage_times.EventLogTail: this run's part of the log
+        with_input = [p["batchId"] for p in progress if p.get("numInputRows", 0) > 0]
+        phases["stages"] = stage_times(event_log.read(), str(query.id), with_input)
     return visible - wall0, phases
 
 
@@ -355,7 +362,10 @@ def main() -> int:
     compile_library()
     os.environ["SPARK_HOME"] = str(compiled_spark_home() if args.spark_home == "compiled"
                                    else source_home())
-    spark = spark_with_kafka_connector("bench-pipeline", shuffle_partitions=SHUFFLE_PARTITIONS)
+    event_dir = tempfile.mkdtemp(prefix="bench-events-")
+    spark = spark_with_kafka_connector("bench-pipeline", shuffle_partitions=SHUFFLE_PARTITIONS,
+                                       **event_log_conf(event_dir))
+    event_log = EventLogTail(event_dir)
     max_partitions = (spark.sparkContext.defaultParallelism if args.max_partitions < 0
                       else args.max_partitions)
     table, attribution = [], {}
@@ -370,7 +380,7 @@ def main() -> int:
                 for v in variants:
                     seconds, phases = one_run(spark, v, bootstrap, src, args.records, keys,
                                               batch, args.max_parallelism, max_partitions,
-                                              args.parallelism or None)
+                                              args.parallelism or None, event_log)
                     if round_no < warmup:
                         print(f"keys {keys} batch {batch} {v}: {seconds:.1f}s (warm-up)",
                               flush=True)
@@ -434,8 +444,22 @@ def main() -> int:
         print(f"{keys:>7} {batch:>7} {v:<26} "
               + " ".join(f"{cpu[k]:>13.2f}" for k in process_cpu.KINDS)
               + f" {total:>6.2f} {total / wall:>6.2f}")
+    print("\nwhere one batch's Spark job goes, median ms over the last round's batches, from "
+          "Spark's event log (see benchmarks/stage_times.py; 'python': the slowest task's "
+          f"'{PYTHON_TIME}', '-' where PySpark reports none)")
+    print(f"{'keys':>7} {'batch':>7} {'pipeline':<26} {'n':>4} "
+          + " ".join(f"{k:>13}" for k in STAGE_COLUMNS))
+    for (keys, batch, v), phases in attribution.items():
+        stages = phases.get("stages", {})
+        cells = " ".join(f"{_cell(stages.get(k, float('nan'))):>13}" for k in STAGE_COLUMNS)
+        print(f"{keys:>7} {batch:>7} {v:<26} {stages.get('batches', 0):>4} {cells}")
     spark.stop()
+    shutil.rmtree(event_dir, ignore_errors=True)
     return 0
+
+
+def _cell(value: float) -> str:
+    return "-" if value != value else f"{value:.0f}"
 
 
 if __name__ == "__main__":

@@ -13,7 +13,10 @@ in one process shows up as everyone's wall time. This says which processes spent
   Python and the run's own visibility polling).
 
 A process that ended during the run is counted through its parent (the CPU of children it
-waited for), minus what the first snapshot had already counted for it.
+waited for), minus what the first snapshot had already counted for it; that part comes off the
+parent's kind, which the children time lands in (a source planner the Spark JVM waited for: its
+time after the first snapshot shows as the JVM's, never as a negative Python figure). A process
+whose parent is of no interest is left out from the start.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ class Usage:
     kind: str
     own_s: float
     children_s: float
+    parent: Optional[int] = None
 
 
 def kind_of(cmdline: str, pid: int, benchmark_pid: int) -> Optional[str]:
@@ -69,10 +73,11 @@ def take(benchmark_pid: Optional[int] = None) -> Dict[int, Usage]:
         kind = kind_of(cmdline, pid, me)
         if kind is None:
             continue
-        # after the command name: state is field 0, utime 11, stime 12, cutime 13, cstime 14
+        # after the command name: state is field 0, ppid 1, utime 11, stime 12, cutime 13,
+        # cstime 14
         own = (int(fields[11]) + int(fields[12])) / tick
         children = (int(fields[13]) + int(fields[14])) / tick
-        out[pid] = Usage(kind, own, children)
+        out[pid] = Usage(kind, own, children, int(fields[1]))
     return out
 
 
@@ -88,5 +93,7 @@ def spent(before: Dict[int, Usage], after: Dict[int, Usage]) -> Dict[str, float]
     for pid, then in before.items():
         if pid not in after or after[pid].kind != then.kind:
             # ended: its parent's children time holds all of it, the part before included
-            total[then.kind] -= then.own_s + then.children_s
+            parent = after.get(then.parent) or before.get(then.parent)
+            if parent is not None:
+                total[parent.kind] -= then.own_s + then.children_s
     return total

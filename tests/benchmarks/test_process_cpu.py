@@ -21,12 +21,23 @@ def test_kinds_from_command_lines():
 
 
 def test_an_ended_child_counts_once_through_its_parent():
-    before = {10: Usage("python tasks", 1.0, 0.0), 11: Usage("python tasks", 0.5, 0.0)}
+    before = {10: Usage("python tasks", 1.0, 0.0), 11: Usage("python tasks", 0.5, 0.0, 10)}
     # 11 ran 0.25 s more, ended, and its parent 10 waited for it (0.75 s of children time)
     after = {10: Usage("python tasks", 1.5, 0.75), 12: Usage("spark jvm", 2.0, 0.0)}
     got = spent(before, after)
     assert got["python tasks"] == pytest.approx(0.5 + 0.25)
     assert got["spark jvm"] == pytest.approx(2.0)  # started after the first snapshot
+
+
+def test_an_ended_child_of_another_kind_makes_no_kind_negative():
+    # a source planner (python driver) the JVM waited for: 0.5 s before the run, 0.25 s in it
+    before = {20: Usage("spark jvm", 5.0, 0.0), 21: Usage("python driver", 0.5, 0.0, 20),
+              22: Usage("python tasks", 0.25, 0.0, 1)}   # its parent is of no interest
+    after = {20: Usage("spark jvm", 6.0, 0.75)}
+    got = spent(before, after)
+    assert got["python driver"] == 0.0 and got["python tasks"] == 0.0
+    assert got["spark jvm"] == pytest.approx(1.0 + 0.25)   # the child's run-time part lands here
+    assert sum(got.values()) == pytest.approx(1.0 + 0.25)
 
 
 def test_a_reused_pid_is_a_new_process():
