@@ -3,8 +3,9 @@
 The attribution of ``bench_pipeline`` says how long the sink's tasks waited and what the sink did;
 it cannot say how much of a stage is Python and how much is Spark around it. Spark's event log
 can: every task's run time and the SQL metrics PySpark keeps for its Python runners (``time to
-execute Python code``: the Python worker's own time for a task, conversions included; PySpark
-4.3 reports it for ``applyInPandasWithState``, not for a Python data source's reader or writer).
+execute Python code``: the Python worker's wall time on a task after its setup, waiting for its
+input from the JVM included; PySpark 4.3 reports it for ``applyInPandasWithState``, not for a
+Python data source's reader or writer).
 Reading the log needs no hook in the library and no profiler.
 
 * :func:`event_log_conf`: the session settings that write an uncompressed, unrolled log to a
@@ -24,7 +25,7 @@ import os
 import statistics
 from typing import Dict, Iterable, List, Optional
 
-#: The SQL metric PySpark's Python runners report for a task's time in the Python worker.
+#: The SQL metric PySpark's Python runners report for a task's wall time in the Python worker.
 PYTHON_TIME = "time to execute Python code"
 COLUMNS = ("job", "read stage", "read python", "update stage", "update python", "between")
 
