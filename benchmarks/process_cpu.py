@@ -15,8 +15,8 @@ in one process shows up as everyone's wall time. This says which processes spent
 A process that ended during the run is counted through its parent (the CPU of children it
 waited for), minus what the first snapshot had already counted for it; that part comes off the
 parent's kind, which the children time lands in (a source planner the Spark JVM waited for: its
-time after the first snapshot shows as the JVM's, never as a negative Python figure). A process
-whose parent is of no interest is left out from the start.
+time after the first snapshot shows as the JVM's, never as a negative Python figure). An ended
+process whose parent is of no interest counts nowhere: that parent's children time is not read.
 """
 
 from __future__ import annotations
