@@ -65,7 +65,8 @@ from benchmarks.bench_sink import make_topic  # noqa: E402
 from benchmarks.bench_source import spark_with_kafka_connector  # noqa: E402
 from benchmarks import process_cpu  # noqa: E402
 from benchmarks.stage_times import (COLUMNS as STAGE_COLUMNS, PYTHON_TIME,  # noqa: E402
-                                    EventLogTail, event_log_conf, stage_times)
+                                    EventLogTail, cell, event_log_conf, median_ms,
+                                    stage_times)
 from benchmarks.visibility import StableOffsetLog, final_count_offsets  # noqa: E402
 from kafka_harness.bytecode import compile_library  # noqa: E402
 
@@ -169,11 +170,6 @@ ATTRIBUTION = ("batch", "spark", "stage 1+sched", "operator", "state upd", "stat
                "new producers")
 
 
-def _median(values) -> float:
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else float("nan")
-
-
 def attribute(progress, storage) -> dict:
     """Median ms per phase of the run's batches (those with input):
 
@@ -224,14 +220,14 @@ def attribute(progress, storage) -> dict:
                         "stage 1+sched": (d.get("addBatch", 0) - t.get("task_ms", 0) - endtxn
                                           - driver)})
         rows.append(row)
-    out = {k: _median(r.get(k) for r in rows) for k in ATTRIBUTION}
+    out = {k: median_ms(r.get(k) for r in rows) for k in ATTRIBUTION}
     sync, upload = [], []
     for path in glob.glob(os.path.join(storage or "", "chk-*", "_stats.json")):
         with open(path) as f:
             stats = json.load(f)
         sync.append(stats.get("sync_duration_ms"))
         upload.append(stats.get("async_duration_ms"))
-    out["snapshot"], out["upload"] = _median(sync), _median(upload)
+    out["snapshot"], out["upload"] = median_ms(sync), median_ms(upload)
     out["batches"] = len(rows)
     return out
 
@@ -419,7 +415,7 @@ def main() -> int:
     print(f"{'keys':>7} {'batch':>7} {'pipeline':<18} {'n':>4} "
           + " ".join(f"{k:>{max(8, len(k))}}" for k in ATTRIBUTION))
     for (keys, batch, v), phases in attribution.items():
-        cells = " ".join(f"{'-' if phases[k] != phases[k] else f'{phases[k]:.0f}':>{max(8, len(k))}}"
+        cells = " ".join(f"{cell(phases[k]):>{max(8, len(k))}}"
                          for k in ATTRIBUTION)
         print(f"{keys:>7} {batch:>7} {v:<18} {phases['batches']:>4} {cells}")
     print("\nwhere the last round's whole run goes, s (see run_split(): query start to the first "
@@ -451,15 +447,11 @@ def main() -> int:
           + " ".join(f"{k:>13}" for k in STAGE_COLUMNS))
     for (keys, batch, v), phases in attribution.items():
         stages = phases.get("stages", {})
-        cells = " ".join(f"{_cell(stages.get(k, float('nan'))):>13}" for k in STAGE_COLUMNS)
+        cells = " ".join(f"{cell(stages.get(k, float('nan'))):>13}" for k in STAGE_COLUMNS)
         print(f"{keys:>7} {batch:>7} {v:<26} {stages.get('batches', 0):>4} {cells}")
     spark.stop()
     shutil.rmtree(event_dir, ignore_errors=True)
     return 0
-
-
-def _cell(value: float) -> str:
-    return "-" if value != value else f"{value:.0f}"
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ def stage_times(events: Iterable[dict], query_id: str,
         rows.append({"job": took, "read stage": spans[0], "read python": py[0],
                      "update stage": spans[-1], "update python": py[1],
                      "between": took - sum(spans)})
-    out = {k: _median([r[k] for r in rows]) for k in COLUMNS}
+    out = {k: median_ms(r[k] for r in rows) for k in COLUMNS}
     out["batches"] = len(rows)
     return out
 
@@ -109,6 +109,12 @@ def _python_ms(accumulables: list) -> Optional[float]:
     return sum(found) if found else None
 
 
-def _median(values: List[float]) -> float:
-    values = [v for v in values if v == v]   # NaN: not reported
+def median_ms(values: Iterable[Optional[float]]) -> float:
+    """The median of the values reported (None and NaN are not), NaN when none was."""
+    values = [v for v in values if v is not None and v == v]
     return statistics.median(values) if values else float("nan")
+
+
+def cell(value: float) -> str:
+    """A table cell of whole ms: ``-`` for a value not reported (NaN)."""
+    return "-" if value != value else f"{value:.0f}"
