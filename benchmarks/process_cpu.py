@@ -15,8 +15,12 @@ in one process shows up as everyone's wall time. This says which processes spent
 A process that ended during the run is counted through its parent (the CPU of children it
 waited for), minus what the first snapshot had already counted for it; that part comes off the
 parent's kind, which the children time lands in (a source planner the Spark JVM waited for: its
-time after the first snapshot shows as the JVM's, never as a negative Python figure). An ended
-process whose parent is of no interest counts nowhere: that parent's children time is not read.
+time after the first snapshot shows as the JVM's, never as a negative Python figure). When the
+parent ended too (a driver-side daemon and its forked worker), it comes off the nearest ancestor
+still running, where both parts landed. An ended process whose running ancestor is of no
+interest counts nowhere: that ancestor's children time is not read. One that ended but was not
+waited for yet (a zombie, :data:`ZOMBIE`) takes nothing off anyone: its time is in no children
+time yet (its time in the run is then missing, not counted twice).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ import os
 from dataclasses import dataclass
 from typing import Dict, Optional
 
+#: The kind :func:`take` gives a process that ended and was not waited for yet.
+ZOMBIE = "zombie"
 KINDS = ("spark jvm", "python tasks", "python driver", "kafka broker", "benchmark")
 
 
@@ -70,7 +76,7 @@ def take(benchmark_pid: Optional[int] = None) -> Dict[int, Usage]:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue  # ended while listed
-        kind = kind_of(cmdline, pid, me)
+        kind = ZOMBIE if fields[0] == "Z" else kind_of(cmdline, pid, me)
         if kind is None:
             continue
         # after the command name: state is field 0, ppid 1, utime 11, stime 12, cutime 13,
@@ -85,15 +91,36 @@ def spent(before: Dict[int, Usage], after: Dict[int, Usage]) -> Dict[str, float]
     """CPU seconds per kind between two snapshots of :func:`take`."""
     total = {k: 0.0 for k in KINDS}
     for pid, now in after.items():
+        if now.kind == ZOMBIE:
+            continue
         then = before.get(pid)
         if then is not None and then.kind != now.kind:
             then = None  # a reused pid: a new process
         total[now.kind] += now.own_s - (then.own_s if then else 0.0)
         total[now.kind] += now.children_s - (then.children_s if then else 0.0)
     for pid, then in before.items():
-        if pid not in after or after[pid].kind != then.kind:
-            # ended: its parent's children time holds all of it, the part before included
-            parent = after.get(then.parent) or before.get(then.parent)
-            if parent is not None:
-                total[parent.kind] -= then.own_s + then.children_s
+        now = after.get(pid)
+        if now is not None and now.kind in (then.kind, ZOMBIE):
+            continue   # still running, or ended and not waited for: in no children time yet
+        # ended: the children time of the ancestor still running holds all of it
+        ancestor = _running_ancestor(then, before, after)
+        if ancestor is not None:
+            total[ancestor.kind] -= then.own_s + then.children_s
     return total
+
+
+def _running_ancestor(usage: Usage, before: Dict[int, Usage],
+                      after: Dict[int, Usage]) -> Optional[Usage]:
+    """The nearest ancestor of an ended process that both snapshots hold as the same running
+    process, or None (an ancestor of no interest, or none known)."""
+    seen = set()
+    parent = usage.parent
+    while parent is not None and parent not in seen:
+        seen.add(parent)
+        then, now = before.get(parent), after.get(parent)
+        if then is None:
+            return None
+        if now is not None and now.kind == then.kind:
+            return now
+        parent = then.parent
+    return None

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from benchmarks.process_cpu import Usage, kind_of, spent, take
+from benchmarks.process_cpu import ZOMBIE, Usage, kind_of, spent, take
 
 
 def test_kinds_from_command_lines():
@@ -38,6 +38,34 @@ def test_an_ended_child_of_another_kind_makes_no_kind_negative():
     assert got["python driver"] == 0.0 and got["python tasks"] == 0.0
     assert got["spark jvm"] == pytest.approx(1.0 + 0.25)   # the child's run-time part lands here
     assert sum(got.values()) == pytest.approx(1.0 + 0.25)
+
+
+def test_a_child_that_ended_with_its_parent_comes_off_the_nearest_live_ancestor():
+    # a driver-side daemon (python driver) and its forked worker both ended in the run; the
+    # daemon had waited for the worker, the JVM for the daemon: all of it is in the JVM's
+    # children time now
+    before = {30: Usage("spark jvm", 5.0, 0.0), 31: Usage("python driver", 0.5, 0.0, 30),
+              32: Usage("python driver", 0.25, 0.0, 31)}
+    after = {30: Usage("spark jvm", 6.0, 0.5 + 0.25 + 0.125 + 0.125)}   # each ran 0.125 s more
+    got = spent(before, after)
+    assert got["python driver"] == 0.0
+    assert got["spark jvm"] == pytest.approx(1.0 + 0.125 + 0.125)
+
+
+def test_a_child_not_yet_waited_for_takes_nothing_off_its_parent():
+    # the worker ended but its daemon has not reaped it: a zombie, its time not yet in the
+    # daemon's children time
+    before = {40: Usage("python driver", 1.0, 0.0), 41: Usage("python driver", 0.5, 0.0, 40)}
+    after = {40: Usage("python driver", 1.25, 0.0), 41: Usage(ZOMBIE, 0.75, 0.0, 40)}
+    got = spent(before, after)
+    assert got["python driver"] == pytest.approx(0.25)
+
+
+def test_a_zombie_waited_for_during_the_run_comes_off_its_parent():
+    # ended before the run, waited for in it: its time lands in the daemon's children time
+    before = {50: Usage("python driver", 1.0, 0.0), 51: Usage(ZOMBIE, 0.5, 0.0, 50)}
+    after = {50: Usage("python driver", 1.25, 0.5)}
+    assert spent(before, after)["python driver"] == pytest.approx(0.25)
 
 
 def test_a_reused_pid_is_a_new_process():
