@@ -37,6 +37,8 @@ medians to ``native``, for the whole run and, as ``after start``, for the same r
 their first trigger: a query's start is a fixed cost per query (for a Python data source PySpark
 starts a fresh planner Python process before the first trigger, about 1.3 s here against 0.1 s for
 Spark's own source), which a 200,000-record run weighs far more than a query that runs for days.
+As ``steady``, the ratio of the batches after the first alone (:func:`steady_ratio`): the
+throughput of a query past its start and its first batch (a run of one batch has none).
 Four more tables split the last round: one batch's wall time by phase (:func:`attribute`), the
 whole run into query start, first batch, other batches and the wait until visible
 (:func:`run_split`), the CPU seconds each kind of process spent from the query's start to its
@@ -56,6 +58,7 @@ import sys
 import tempfile
 import time
 import uuid
+from typing import List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -268,6 +271,23 @@ def run_split(progress, started_s: float, visible_s: float) -> dict:
             "tail": visible_s - last_end}
 
 
+def steady_ratio(native: Optional[List[float]], runs: List[float]) -> float:
+    """Native's median seconds over the batches after the first (``run_split``'s ``rest``)
+    divided by the variant's: a throughput ratio, since both pipelines cut the same records into
+    the same batches (``maxOffsetsPerTrigger``). What a query that runs for days sees, without
+    its start and its first batch (PySpark's planner process, Python workers and clients
+    created). NaN when there is no native run or a run had one batch only."""
+    if not native or not runs:
+        return float("nan")
+    base, mine = statistics.median(native), statistics.median(runs)
+    return base / mine if base > 0 and mine > 0 else float("nan")
+
+
+def cell_ratio(value: float) -> str:
+    """A ratio table cell: ``1.02x``, or ``-`` for NaN."""
+    return "-" if value != value else f"{value:.2f}x"
+
+
 def one_run(spark, variant, bootstrap, src, records, keys, batch, max_parallelism=16,
             max_partitions=0, parallelism=None, event_log=None):
     out = make_topic(bootstrap, 2)
@@ -372,6 +392,7 @@ def main() -> int:
         for batch in [int(b) for b in args.batches.split(",")]:
             times = {v: [] for v in variants}
             running = {v: [] for v in variants}  # seconds after the first trigger
+            steady = {v: [] for v in variants}   # seconds of the batches after the first
             for round_no in range(warmup + args.rounds):
                 for v in variants:
                     seconds, phases = one_run(spark, v, bootstrap, src, args.records, keys,
@@ -383,6 +404,7 @@ def main() -> int:
                         continue
                     times[v].append(seconds)
                     running[v].append(seconds - phases["run"].get("start", float("nan")))
+                    steady[v].append(phases["run"].get("rest", float("nan")))
                     attribution[(keys, batch, v)] = phases  # the last round's
                     print(f"keys {keys} batch {batch} {v}: {seconds:.1f}s", flush=True)
             warmup = 0
@@ -393,7 +415,8 @@ def main() -> int:
                 table.append((keys, batch, v, args.records / best, args.records / med,
                               base / med if base else float("nan"),
                               base_running / statistics.median(running[v]) if base_running
-                              else float("nan")))
+                              else float("nan"),
+                              steady_ratio(steady.get("native"), steady[v])))
     print(f"\n{args.records} records, 4 input partitions, read_committed until every key's "
           f"final count is visible; {args.rounds} alternated rounds after "
           f"{args.warmup} warm-up round(s); "
@@ -404,12 +427,13 @@ def main() -> int:
           f"{args.spark_home} Spark home; "
           f"load average {os.getloadavg()[0]:.1f}")
     print("'vs native' compares whole runs (query start to the last count visible); "
-          "'after start' the same runs from their first trigger on (see run_split)")
+          "'after start' the same runs from their first trigger on (see run_split), "
+          "'steady' their batches after the first ('-': a run of one batch; see steady_ratio)")
     print(f"{'keys':>7} {'batch':>7} {'pipeline':<26} {'best rec/s':>11} {'median rec/s':>13} "
-          f"{'vs native':>10} {'after start':>12}")
-    for keys, batch, v, best, med, ratio, running_ratio in table:
+          f"{'vs native':>10} {'after start':>12} {'steady':>8}")
+    for keys, batch, v, best, med, ratio, running_ratio, steady_x in table:
         print(f"{keys:>7} {batch:>7} {v:<26} {best:>11,.0f} {med:>13,.0f} {ratio:>9.2f}x "
-              f"{running_ratio:>11.2f}x")
+              f"{running_ratio:>11.2f}x {cell_ratio(steady_x):>8}")
     print("\nwhere one batch's wall time goes, median ms over the last round's batches "
           "(see attribute(); '-' = not reported by that pipeline)")
     print(f"{'keys':>7} {'batch':>7} {'pipeline':<18} {'n':>4} "
