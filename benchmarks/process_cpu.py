@@ -120,7 +120,7 @@ def _running_ancestor(usage: Usage, before: Dict[int, Usage],
         then, now = before.get(parent), after.get(parent)
         if then is None:
             return None
-        if now is not None and now.kind == then.kind:
+        if now is not None and now.kind == then.kind != ZOMBIE:
             return now
         parent = then.parent
     return None
