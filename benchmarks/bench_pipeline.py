@@ -37,7 +37,7 @@ medians to ``native``, for the whole run and, as ``after start``, for the same r
 their first trigger: a query's start is a fixed cost per query (for a Python data source PySpark
 starts a fresh planner Python process before the first trigger, about 1.3 s here against 0.1 s for
 Spark's own source), which a 200,000-record run weighs far more than a query that runs for days.
-As ``steady``, the ratio of the batches after the first alone (:func:`steady_ratio`): the
+As ``steady``, the ratio of the batches after the first alone (:func:`median_ratio`): the
 throughput of a query past its start and its first batch (a run of one batch has none).
 Four more tables split the last round: one batch's wall time by phase (:func:`attribute`), the
 whole run into query start, first batch, other batches and the wait until visible
@@ -271,12 +271,14 @@ def run_split(progress, started_s: float, visible_s: float) -> dict:
             "tail": visible_s - last_end}
 
 
-def steady_ratio(native: Optional[List[float]], runs: List[float]) -> float:
-    """Native's median seconds over the batches after the first (``run_split``'s ``rest``)
-    divided by the variant's: a throughput ratio, since both pipelines cut the same records into
-    the same batches (``maxOffsetsPerTrigger``). What a query that runs for days sees, without
-    its start and its first batch (PySpark's planner process, Python workers and clients
-    created). NaN when there is no native run or a run had one batch only."""
+def median_ratio(native: Optional[List[float]], runs: List[float]) -> float:
+    """Native's median seconds divided by the variant's, for the same part of their runs: a
+    throughput ratio, since both pipelines read the same records in the same batches
+    (``maxOffsetsPerTrigger``). The table's three ratios: whole runs, runs from the first
+    trigger, and ``steady``, the batches after the first (``run_split``'s ``rest``: what a
+    query that runs for days sees, without its start and its first batch, PySpark's planner
+    process, Python workers and clients created). NaN when there is no native run or a part
+    took no time (the batches after the first of a run of one batch)."""
     if not native or not runs:
         return float("nan")
     base, mine = statistics.median(native), statistics.median(runs)
@@ -408,15 +410,12 @@ def main() -> int:
                     attribution[(keys, batch, v)] = phases  # the last round's
                     print(f"keys {keys} batch {batch} {v}: {seconds:.1f}s", flush=True)
             warmup = 0
-            base = statistics.median(times["native"]) if "native" in times else None
-            base_running = statistics.median(running["native"]) if "native" in times else None
             for v in variants:
                 best, med = min(times[v]), statistics.median(times[v])
                 table.append((keys, batch, v, args.records / best, args.records / med,
-                              base / med if base else float("nan"),
-                              base_running / statistics.median(running[v]) if base_running
-                              else float("nan"),
-                              steady_ratio(steady.get("native"), steady[v])))
+                              median_ratio(times.get("native"), times[v]),
+                              median_ratio(running.get("native"), running[v]),
+                              median_ratio(steady.get("native"), steady[v])))
     print(f"\n{args.records} records, 4 input partitions, read_committed until every key's "
           f"final count is visible; {args.rounds} alternated rounds after "
           f"{args.warmup} warm-up round(s); "
@@ -428,12 +427,13 @@ def main() -> int:
           f"load average {os.getloadavg()[0]:.1f}")
     print("'vs native' compares whole runs (query start to the last count visible); "
           "'after start' the same runs from their first trigger on (see run_split), "
-          "'steady' their batches after the first ('-': a run of one batch; see steady_ratio)")
+          "'steady' their batches after the first ('-': a run of one batch; see median_ratio)")
     print(f"{'keys':>7} {'batch':>7} {'pipeline':<26} {'best rec/s':>11} {'median rec/s':>13} "
           f"{'vs native':>10} {'after start':>12} {'steady':>8}")
     for keys, batch, v, best, med, ratio, running_ratio, steady_x in table:
-        print(f"{keys:>7} {batch:>7} {v:<26} {best:>11,.0f} {med:>13,.0f} {ratio:>9.2f}x "
-              f"{running_ratio:>11.2f}x {cell_ratio(steady_x):>8}")
+        print(f"{keys:>7} {batch:>7} {v:<26} {best:>11,.0f} {med:>13,.0f} "
+              f"{cell_ratio(ratio):>10} {cell_ratio(running_ratio):>12} "
+              f"{cell_ratio(steady_x):>8}")
     print("\nwhere one batch's wall time goes, median ms over the last round's batches "
           "(see attribute(); '-' = not reported by that pipeline)")
     print(f"{'keys':>7} {'batch':>7} {'pipeline':<18} {'n':>4} "
