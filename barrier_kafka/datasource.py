@@ -12,6 +12,7 @@ from typing import List, Type
 
 from pyspark.sql.datasource import DataSource
 
+from barrier_core.packed_source import packed_schema
 from barrier_core.schema import source_schema
 from barrier_core.jar_archives import keep_jar_directories
 from barrier_core.worker_heap import freeze_in_python_worker
@@ -27,8 +28,14 @@ class BarrierKafkaDataSource(DataSource):
         return "barrier-kafka"
 
     def schema(self):
-        """The source's row schema (driver: the user's process, when the query is defined)."""
-        return source_schema(include_headers=SourceOptions.from_options(self.options).include_headers)
+        """The source's row schema (driver: the user's process, when the query is defined): one
+        row per record, or with ``packedKeyGroups`` the packed layout
+        (:mod:`barrier_core.packed_source`)."""
+        opts = SourceOptions.from_options(self.options)
+        flat = source_schema(include_headers=opts.include_headers)
+        if opts.packed_key_groups is None:
+            return flat
+        return packed_schema(flat, opts.packed_key_groups)
 
     def streamReader(self, schema):
         """The stream reader (driver planner worker; Spark pickles it to executors for ``read``).

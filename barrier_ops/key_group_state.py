@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 from pyspark.sql.types import BinaryType, StructField, StructType
 
+from barrier_core.packed_source import KEY_GROUP_COLUMN  # noqa: F401 - the grouping key
 from barrier_ops.arrow_records import to_record_batch
 from barrier_ops.exceptions import InvalidOptionError
 from barrier_ops.input_events import RowSlice
@@ -37,8 +38,6 @@ warnings.filterwarnings("ignore", message="The behavior of DataFrame concatenati
                         "all-NA entries is deprecated", category=FutureWarning,
                         module=r"pyspark\.worker")
 
-#: The key group column ``with_key_groups`` adds (the operator's grouping key).
-KEY_GROUP_COLUMN = "__kg"
 #: With ``parallelism``: the column naming the row's range of key groups (the grouping key).
 RANGE_COLUMN = "__kgr"
 STATE_SCHEMA = StructType([StructField("runtime", BinaryType())])

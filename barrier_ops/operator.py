@@ -16,6 +16,9 @@ Plan:
    (:func:`~barrier_core.worker_heap.freeze_long_lived_objects`): PySpark runs a full garbage
    collection after every task of a reused worker, which otherwise walks pandas, pyarrow and
    PySpark's objects again each time.
+   A stream the source packs per key group (``packedKeyGroups``) keeps the key group the
+   source computed, and each task unpacks its rows before the runtime sees them
+   (:func:`~barrier_core.packed_source.unpack_frame`).
 3. Where the user's output columns allow it (:func:`~barrier_ops.packed_rows.packable`), the
    stateful step returns a key's records packed into rows of arrays and the JVM unpacks them
    (:mod:`barrier_ops.packed_rows`): same rows, a fraction of PySpark's per-row cost.
@@ -34,12 +37,14 @@ from pyspark.sql.types import (ArrayType, IntegerType, LongType, StringType,
 from barrier_ops.arrow_records import arrow_record_types
 from barrier_ops.exceptions import InvalidOptionError
 from barrier_ops.function import as_keyed_function
-from barrier_ops.keygroups import DEFAULT_MAX_PARALLELISM, key_group_sql, range_group_keys
+from barrier_ops.keygroups import (DEFAULT_MAX_PARALLELISM, key_group_sql, quoted,
+                                   range_group_keys)
 from barrier_ops.key_group_state import (KEY_GROUP_COLUMN, RANGE_COLUMN, STATE_SCHEMA,
                                          run_batch, run_range)
 from barrier_ops.options import EXACTLY_ONCE, RECORDS_ARROW, RECORDS_PANDAS, OperatorOptions
 from barrier_ops.output_rows import CONTROL_COLUMNS
 from barrier_ops.packed_rows import PACKED_ROW_RECORDS, packable, packed_schema, unpack
+from barrier_core.packed_source import packed_key_groups, unpack_frame, unpacked_schema
 from barrier_core.schema import KIND_ACK, KIND_RECORD
 from barrier_core.jar_archives import keep_jar_directories
 from barrier_core.worker_heap import freeze_long_lived_objects
@@ -88,7 +93,10 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
         A barrier-kafka stream (``spark.readStream.format("barrier-kafka")``) or the output of
         another operator / passthrough helper: it needs ``kind``, ``checkpoint_id``, ``topic``,
         ``partition``, ``offset`` (and ``barrier_channels``, ``checkpoint_timestamp``,
-        ``timestamp`` when present) plus ``key_col``.
+        ``timestamp`` when present) plus ``key_col``. A barrier-kafka stream read with
+        ``packedKeyGroups`` equal to ``max_parallelism`` and keyed by ``"key"`` arrives packed
+        per key group (:mod:`barrier_core.packed_source`): ``fn`` gets the same records; fewer
+        rows cross Spark's shuffle.
     key_col : str
         The key column; keys map to ``max_parallelism`` key groups by crc32 of their bytes.
     fn : callable or KeyedProcessFunction
@@ -159,8 +167,10 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
                else "")
             + "Feed it a barrier-kafka stream (use barrier_ops.passthrough helpers for "
             "stateless steps so control rows and columns survive).")
+    packed_input = _check_packed_input(df, key_col, max_parallelism)
+    input_zone = _pandas_time_zone(df) if packed_input else None
     keyed = with_key_groups(df, key_col, max_parallelism)
-    record_types = (arrow_record_types(keyed.schema, exclude=(KEY_GROUP_COLUMN,))
+    record_types = (arrow_record_types(unpacked_schema(keyed.schema), exclude=(KEY_GROUP_COLUMN,))
                     if records_format == RECORDS_ARROW else None)
     if parallelism is None:
         group_col, run = KEY_GROUP_COLUMN, run_batch
@@ -173,6 +183,8 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
         keep_jar_directories()
         blob = state.get[0] if state.exists else None
         group = int(key[0]) if parallelism is None else index_of[int(key[0])]
+        if packed_input:
+            pdfs = (unpack_frame(pdf, input_zone) for pdf in pdfs)
         out, blob = run(opts, kfn, key_col, user_columns, group, blob, pdfs,
                         state.getCurrentProcessingTimeMs(), pack, time_zone, record_types)
         state.update((blob,))
@@ -203,8 +215,29 @@ def range_indexes(parallelism: int) -> dict:
     return {k: i for i, k in enumerate(range_group_keys(parallelism))}
 
 
+def _check_packed_input(df: DataFrame, key_col: str, max_parallelism: int) -> bool:
+    """True when ``df`` is the source's packed layout (``packedKeyGroups``,
+    :mod:`barrier_core.packed_source`) for this operator; raises ``InvalidOptionError`` when it
+    is packed for another key or another number of key groups (driver)."""
+    packed = packed_key_groups(df.schema)
+    if packed is None:
+        return False
+    if key_col != "key":
+        raise InvalidOptionError(
+            f"keyed_process(key_col={key_col!r}) reads a barrier-kafka stream packed by the "
+            f"Kafka key (source option packedKeyGroups={packed}); the source can only pack by "
+            "the Kafka key. Key by 'key', or drop packedKeyGroups to key by another column.")
+    if packed != int(max_parallelism):
+        raise InvalidOptionError(
+            f"The barrier-kafka source packs records for {packed} key groups "
+            f"(packedKeyGroups={packed}) but keyed_process has max_parallelism="
+            f"{max_parallelism}; set packedKeyGroups to the operator's max_parallelism.")
+    return True
+
+
 def with_key_groups(df: DataFrame, key_col: str, max_parallelism: int) -> DataFrame:
-    """``df`` plus ``__kg``: records keep one row, markers fan out to every key group.
+    """``df`` plus ``__kg``: records keep one row, markers fan out to every key group. A record
+    row of the packed source layout keeps the key group the source computed.
 
     ``barrier_channels`` goes on as JSON text on control rows and null on records
     (:func:`~barrier_ops.input_events.channels_of` reads it): PySpark 4.3 sizes the Arrow batch
@@ -222,8 +255,9 @@ def with_key_groups(df: DataFrame, key_col: str, max_parallelism: int) -> DataFr
             f"CASE WHEN kind != {record} THEN to_json(barrier_channels) END"))
     n = int(max_parallelism)
     ack_col = "ack" if "ack" in schema.names else "CAST(NULL AS STRING)"
-    groups = (f"CASE WHEN kind = {record} "
-              f"THEN array({key_group_sql(key_col, schema[key_col].dataType, n)}) "
+    record_group = (quoted(KEY_GROUP_COLUMN) if packed_key_groups(schema) == n
+                    else key_group_sql(key_col, schema[key_col].dataType, n))
+    groups = (f"CASE WHEN kind = {record} THEN array({record_group}) "
               f"WHEN kind = {ack} THEN array(CAST(pmod(crc32(CAST({ack_col} AS BINARY)), {n}) "
               f"AS INT)) ELSE sequence(0, {n - 1}) END")
     return df.withColumn(KEY_GROUP_COLUMN, F.expr(f"explode({groups})"))

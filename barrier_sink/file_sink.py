@@ -20,6 +20,7 @@ import logging
 import re
 from typing import Dict, List, Optional
 
+from barrier_core.packed_source import refuse_packed
 from barrier_sink.committer import SinkCommitter
 from barrier_sink.file_store import FileStore, file_store_from_path
 from barrier_sink.options import COMMON_SINK_OPTIONS, FILE_SINK_OPTIONS, CheckpointSinkOptions, _check_unknown, _get
@@ -122,6 +123,7 @@ class FileTwoPhaseCommitWriter(TwoPhaseCommitWriter):
         _check_unknown(options, COMMON_SINK_OPTIONS + FILE_SINK_OPTIONS, "barrier-files sink")
         self.checkpoint = CheckpointSinkOptions.parse(options)
         self.store = file_store_from_path(_get(options, "path"), options)
+        refuse_packed(schema, "The barrier-files sink")
         names = schema.fieldNames()
         for col in ("kind", "checkpoint_id"):
             if col not in names:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from typing import Dict, Optional
 
+from barrier_core.packed_source import refuse_packed
 from barrier_core.worker_heap import in_python_worker
 from barrier_sink.committer import SinkCommitter
 from barrier_sink.exceptions import InvalidOptionError
@@ -67,6 +68,7 @@ def _binary_list(column) -> list:
 
 
 def validate_schema(schema, opts: KafkaSinkOptions) -> None:
+    refuse_packed(schema, "The barrier-kafka sink")
     names = set(schema.fieldNames())
     missing = [c for c in ("kind", "checkpoint_id", "value") if c not in names]
     if missing:

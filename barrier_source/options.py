@@ -75,6 +75,14 @@ SOURCE_OPTIONS = [
                kind="bool"),
     OptionSpec("includeHeaders", "false", "Add the 'headers' column.",
                kind="bool"),
+    OptionSpec("packedKeyGroups", None, "The max_parallelism of the barrier_ops.keyed_process "
+               "this stream feeds, keyed by the Kafka 'key': each fetch's records then cross "
+               "to Spark as one row of arrays per key group and epoch instead of one row per "
+               "record (the key's crc32 mod this, computed where the records are read), which "
+               "keyed_process unpacks; the records, their order per key and every guarantee "
+               "stay as without it. Only keyed_process reads such rows (sinks and "
+               "barrier_ops.passthrough helpers refuse them). Unset: one row per record.",
+               kind="int", minimum=1),
     OptionSpec("kafka.group.id", None, "Consumer group that receives the offsets of completed "
                "checkpoints (and is read by startingOffsets=group). Default: "
                "'<groupIdPrefix>-<12 hex of sha1(bootstrap servers|subscription)>'."),
@@ -225,6 +233,7 @@ class SourceOptions:
     max_trigger_delay_ms: int
     fail_on_data_loss: bool
     include_headers: bool
+    packed_key_groups: Optional[int]
     group_id: str
     is_group_id_derived: bool
     poll_timeout_ms: int
@@ -338,7 +347,7 @@ class SourceOptions:
             max_partitions=opt("maxPartitions"),
             min_offsets_per_trigger=min_rows, max_trigger_delay_ms=opt("maxTriggerDelay"),
             fail_on_data_loss=opt("failOnDataLoss"), include_headers=opt("includeHeaders"),
-            group_id=group_id, is_group_id_derived=derived,
+            packed_key_groups=opt("packedKeyGroups"), group_id=group_id, is_group_id_derived=derived,
             poll_timeout_ms=opt("kafkaConsumer.pollTimeoutMs"),
             fetch_offset_num_retries=opt("fetchOffset.numRetries"),
             fetch_offset_retry_interval_ms=opt("fetchOffset.retryIntervalMs"),

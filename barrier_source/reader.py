@@ -35,7 +35,7 @@ from barrier_core.exceptions import (BarrierKafkaError, InvalidOptionError,
                                      OffsetOutOfRangeError)
 from barrier_core.jar_archives import keep_jar_directories
 from barrier_core.kafka_config import client_config
-from barrier_core.schema import split_channel
+from barrier_core.schema import source_schema, spark_arrow_schema, split_channel
 from barrier_source.kafka_metadata import KafkaMetadata
 from barrier_source.offsets import (PartitionOffsets, SourceOffset, offset_of, offsets_from_json,
                                     offsets_to_json, sorted_channels)
@@ -537,10 +537,24 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             yield from self._read_range(partition)
 
     def _read_range(self, partition: KafkaRangePartition) -> Iterator[Any]:
+        """The range's batches: one row per record, or packed per key group with
+        ``packedKeyGroups`` (:func:`~barrier_core.packed_source.pack`) (executor)."""
+        n = self.opts.packed_key_groups
+        if n is None:
+            yield from self._read_rows(partition, self.schema)
+            return
+        from barrier_core.packed_source import pack
+
+        packed = spark_arrow_schema(self.schema)
+        for batch in self._read_rows(partition, source_schema(self.opts.include_headers)):
+            yield pack(batch, packed, n)
+
+    def _read_rows(self, partition: KafkaRangePartition, schema) -> Iterator[Any]:
+        """The range's records with barrier rows in place, one row each, of ``schema``."""
         from barrier_source.arrow_rows import RowBuilder
         from barrier_source.kafka_read import fetch_range
 
-        builder = RowBuilder(self.schema, partition, self.opts.include_headers)
+        builder = RowBuilder(schema, partition, self.opts.include_headers)
         pending = sorted(partition.barriers, key=lambda b: b[2])
         records = fetch_range(
             client_config(self.opts.kafka_config, "consumer"), partition.topic,

@@ -10,6 +10,10 @@ end every input sequence number is in the output exactly once (output ``k:i`` is
 of key k, i.e. sequence number ``k + (i - 1) * K``), Kafka's ``kafka-transactions`` tool lists no
 open transaction of the sink and ``kafka-consumer-groups`` shows the last completed checkpoint.
 The seed is printed and can be replayed with ``BARRIER_KAFKA_RANDOM_SEED``.
+
+Every other run (the second, the fourth, ..., and the last) reads with the source packing its
+records per key group of the operator (``packedKeyGroups``): both layouts are killed at random,
+and each restart changes the layout under the same checkpoint.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ KILLS = _kills()
 RECORDS = 4_500 * KILLS
 KEYS = 97
 BATCH = 3_000
+#: The pipeline's arguments for a packed run (its operator's max_parallelism is 16).
+PACKED = ("--source-option", "packedKeyGroups=16")
 
 
 @pytest.mark.timeout(300 + 25 * KILLS)  # each kill: up to 14 s of run plus a restart
@@ -52,11 +58,16 @@ def test_sigkill_at_uniformly_random_times(bootstrap, kafka_admin, topic_factory
     output = topic_factory(2, prefix="eo_rand_out")
     workdir = str(tmp_path)
     group, prefix = f"eo-rand-{uuid.uuid4().hex[:6]}", f"eo-rand-{uuid.uuid4().hex[:6]}"
-    kill_at_random_times(rng, KILLS, lambda: start_pipeline_process(
-        bootstrap, topic, output, workdir, group, prefix, max_offsets_per_trigger=BATCH),
-        bootstrap, output)
+    runs = []
+
+    def start():
+        runs.append(PACKED if len(runs) % 2 else ())
+        return start_pipeline_process(bootstrap, topic, output, workdir, group, prefix,
+                                      max_offsets_per_trigger=BATCH, extra_args=runs[-1])
+
+    kill_at_random_times(rng, KILLS, start, bootstrap, output)
     rc = run_pipeline(bootstrap, topic, output, workdir, group, prefix,
-                      max_offsets_per_trigger=BATCH)
+                      max_offsets_per_trigger=BATCH, extra_args=PACKED)
     assert rc == 0, f"final run failed (exit {rc}); see {workdir}/run.log"
     sequence = Counter()
     for value in read_topic(bootstrap, output):
