@@ -86,7 +86,10 @@ ARROW_VARIANTS = ("eo per-key arrow", "eo per-record arrow")
 #: ... and these: Arrow records with ``keyed_process(..., parallelism=P)``, Spark calling the
 #: operator once per range of key groups (P: ``--parallelism``, else the shuffle partitions).
 RANGE_VARIANTS = ("eo per-key arrow ranges", "eo per-record arrow ranges")
-EXTRA_VARIANTS = LEAN_VARIANTS + ARROW_VARIANTS + RANGE_VARIANTS
+#: ... and these: the ranges pipelines with the source packing its records per key group of the
+#: operator (source option ``packedKeyGroups`` = ``--max-parallelism``).
+PACKED_VARIANTS = ("eo per-key arrow ranges packed", "eo per-record arrow ranges packed")
+EXTRA_VARIANTS = LEAN_VARIANTS + ARROW_VARIANTS + RANGE_VARIANTS + PACKED_VARIANTS
 #: The shuffle partitions of every pipeline (Spark's session setting).
 SHUFFLE_PARTITIONS = 2
 LEAN_COLUMNS = ("key", "topic", "partition", "offset", "timestamp", "kind", "checkpoint_id",
@@ -141,7 +144,7 @@ def start_native(spark, bootstrap, src, out, work, batch, trigger_s=None):
 def start_exactly_once(spark, bootstrap, src, out, work, batch, per_key: bool, trigger_s=None,
                        lean: bool = False, max_parallelism: int = 16,
                        max_partitions: int = 0, records_format: str = "pandas",
-                       parallelism=None):
+                       parallelism=None, packed: bool = False):
     from barrier_ops.examples.running_count import OUTPUT_SCHEMA, RunningCount
     from barrier_ops.operator import keyed_process
 
@@ -153,6 +156,8 @@ def start_exactly_once(spark, bootstrap, src, out, work, batch, per_key: bool, t
           .option("checkpoint.storage", storage))
     if max_partitions:
         df = df.option("maxPartitions", str(max_partitions))
+    if packed:
+        df = df.option("packedKeyGroups", str(max_parallelism))
     df = df.load()
     if lean:
         df = df.select(*LEAN_COLUMNS)
@@ -321,7 +326,7 @@ def _measured_run(spark, variant, bootstrap, src, out, work, stable, records, ke
                                    max_partitions=max_partitions,
                                    records_format="arrow" if "arrow" in words else "pandas",
                                    parallelism=(parallelism or SHUFFLE_PARTITIONS) if ranges
-                                   else None)
+                                   else None, packed="packed" in words)
     try:
         query.processAllAvailable()  # every input record read and its batch done
         cpu = process_cpu.spent(cpu0, process_cpu.take())
