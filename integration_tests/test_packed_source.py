@@ -86,10 +86,9 @@ def _seen(spark, bootstrap, topic, tmp_path, packed: bool, records_format: str):
                         state_backend=f"file://{tmp_path / tag}/state", max_parallelism=MAXP,
                         records_format=records_format)
     query = (out.writeStream.format("memory").queryName(tag).outputMode("append")
-             .option("checkpointLocation", str(tmp_path / tag / "chk"))
-             .trigger(availableNow=True).start())
+             .option("checkpointLocation", str(tmp_path / tag / "chk")).start())
     try:
-        query.awaitTermination(300)
+        query.processAllAvailable()   # several batches (AvailableNow runs one on PySpark < 4.2)
         source_rows = sum(p["numInputRows"] for p in query.recentProgress)
     finally:
         query.stop()

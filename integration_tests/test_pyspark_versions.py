@@ -3,7 +3,9 @@
 The whole suite runs on the PySpark this project installs (the newest). The compatibility suite
 runs on the newest patch release of each older minor version (``kafka_harness.pyspark_versions``):
 the unit tests, every source option, the notebooks, the operator's packed output against one row
-per record (PySpark's own pandas-to-Arrow conversion decides it) and the exactly-once pipeline
+per record (PySpark's own pandas-to-Arrow conversion decides it), the source's packed rows
+against one row per record (PySpark's Arrow-to-pandas conversion decides what the function
+sees) and the exactly-once pipeline
 killed in the middle of a driver commit and restarted, each in a child pytest whose interpreter
 imports that PySpark (Spark's Python workers use the same interpreter), against this session's
 broker.
@@ -30,6 +32,7 @@ COMPAT_SELECTION = [
     "integration_tests/test_source_options.py",
     "integration_tests/test_notebooks.py",
     "integration_tests/test_packed_output.py",
+    "integration_tests/test_packed_source.py",
     "integration_tests/test_arrow_records.py",
     "integration_tests/test_key_group_ranges.py",
     "integration_tests/test_jar_archives.py",
