@@ -120,10 +120,10 @@ def pack(batch, arrow_schema, key_groups: int):
     barrier row as one row (executor)."""
     import numpy as np
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     n = batch.num_rows
-    kinds = batch.column("kind")
-    is_records = n > 0 and pa.compute.all(pa.compute.equal(kinds, KIND_RECORD)).as_py()
+    is_records = n > 0 and pc.all(pc.equal(batch.column("kind"), KIND_RECORD)).as_py()
     if not is_records:
         if n > 1:
             raise ValueError(f"pack: a batch of {n} rows that are not all records")
