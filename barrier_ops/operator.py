@@ -158,17 +158,21 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
     out_schema = operator_output_schema(user_schema)
     user_columns = [f.name for f in user_schema.fields]
     pack = PACKED_ROW_RECORDS if packable(user_schema) else None
-    time_zone = _pandas_time_zone(df) if pack else None
-    missing = [c for c in REQUIRED_INPUT + (key_col,) if c not in df.columns]
+    in_schema = df.schema   # one analysis in the JVM for the checks below
+    columns = in_schema.names
+    missing = [c for c in REQUIRED_INPUT + (key_col,) if c not in columns]
     if missing:
         raise InvalidOptionError(
-            f"keyed_process input lacks columns {missing}; it has {list(df.columns)}. "
+            f"keyed_process input lacks columns {missing}; it has {columns}. "
             + (f"key_col={key_col!r} must name one of those columns. " if key_col in missing
                else "")
             + "Feed it a barrier-kafka stream (use barrier_ops.passthrough helpers for "
             "stateless steps so control rows and columns survive).")
-    packed_input = _check_packed_input(df, key_col, max_parallelism)
-    input_zone = _pandas_time_zone(df) if packed_input else None
+    packed_input = _check_packed_input(in_schema, key_col, max_parallelism)
+    # the session's zone, read once: packed output converts to it, packed input from it
+    zone = _pandas_time_zone(df) if pack or packed_input else None
+    time_zone = zone if pack else None
+    input_zone = zone if packed_input else None
     keyed = with_key_groups(df, key_col, max_parallelism)
     record_types = (arrow_record_types(unpacked_schema(keyed.schema), exclude=(KEY_GROUP_COLUMN,))
                     if records_format == RECORDS_ARROW else None)
@@ -215,11 +219,11 @@ def range_indexes(parallelism: int) -> dict:
     return {k: i for i, k in enumerate(range_group_keys(parallelism))}
 
 
-def _check_packed_input(df: DataFrame, key_col: str, max_parallelism: int) -> bool:
-    """True when ``df`` is the source's packed layout (``packedKeyGroups``,
-    :mod:`barrier_core.packed_source`) for this operator; raises ``InvalidOptionError`` when it
-    is packed for another key or another number of key groups (driver)."""
-    packed = packed_key_groups(df.schema)
+def _check_packed_input(schema: StructType, key_col: str, max_parallelism: int) -> bool:
+    """True when rows of ``schema`` are the source's packed layout (``packedKeyGroups``,
+    :mod:`barrier_core.packed_source`) for this operator; raises ``InvalidOptionError`` when
+    they are packed for another key or another number of key groups (driver)."""
+    packed = packed_key_groups(schema)
     if packed is None:
         return False
     if key_col != "key":
