@@ -7,7 +7,9 @@ Steps: create an 8-partition topic, fill it with 100-byte records using Kafka's 
 ProducerPerformance tool (fast), then read it completely with ``Trigger.AvailableNow`` and the
 same ``maxOffsetsPerTrigger`` for: Spark's Kafka source (``spark-sql-kafka-0-10`` from Maven
 Central), barrier-kafka with a checkpoint every batch, barrier-kafka with checkpoints off,
-barrier-kafka packing its records for a keyed operator (``packedKeyGroups``), and Kafka's own
+barrier-kafka packing its records for a keyed operator (``packedKeyGroups``), a PySpark data
+source that reads no Kafka at all and yields the same rows, ready-made, in the same batches and
+tasks (the ceiling of any Python data source on this Spark, ``--ceiling``), and Kafka's own
 ``ConsumerPerformance`` tool (the machine's limit). Each variant runs once to warm up, then
 ``--repeats`` alternated rounds; the table gives best and median records/s and the issue's
 ratios.
@@ -77,6 +79,85 @@ def fill_topic(bootstrap: str, topic: str, partitions: int, records: int) -> Non
                     "linger.ms=20", "batch.size=262144"], check=True, capture_output=True)
 
 
+CEILING_FORMAT = "bench-source-ceiling"
+
+
+def register_ceiling_source(spark) -> None:
+    """A streaming Python data source with barrier-kafka's schema that fetches nothing: each task
+    yields its range's rows (null keys, 100-byte values, as ProducerPerformance writes them)
+    built with numpy, in the same batches and tasks as the Kafka sources. What it reaches is
+    what PySpark's data source machinery and Spark's ``noop`` sink allow, before any Kafka."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+    from barrier_core.schema import source_schema
+    from barrier_source.read_limits import SupportsTriggerAvailableNow
+
+    class Range(InputPartition):
+        def __init__(self, partition: int, start: int, end: int) -> None:
+            self.partition, self.start, self.end = partition, start, end
+
+    class Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        def __init__(self, options, schema) -> None:
+            self.schema = schema
+            self.partitions_n = int(options["partitions"])
+            self.per_partition = int(options["records"]) // self.partitions_n
+            self.step = int(options["maxOffsetsPerTrigger"]) // self.partitions_n
+
+        def initialOffset(self):
+            return {"offset": 0}
+
+        def latestOffset(self, start=None, limit=None):
+            at = 0 if start is None else int(start["offset"])
+            return {"offset": min(at + self.step, self.per_partition)}
+
+        def partitions(self, start, end):
+            return [Range(p, int(start["offset"]), int(end["offset"]))
+                    for p in range(self.partitions_n)]
+
+        def prepareForTriggerAvailableNow(self):
+            pass  # the data is fixed: every batch up to the last is available now
+
+        def commit(self, end):
+            pass
+
+        def read(self, part):
+            import numpy as np
+            import pyarrow as pa
+
+            from barrier_core.schema import spark_arrow_schema
+
+            schema = spark_arrow_schema(self.schema)
+            n = part.end - part.start
+            values = pa.Array.from_buffers(
+                pa.binary(), n, [None, pa.py_buffer(np.arange(0, 100 * (n + 1), 100,
+                                                              dtype=np.int32)),
+                                 pa.py_buffer(np.zeros(100 * n, dtype=np.uint8))])
+            zeros = pa.array(np.zeros(n, dtype=np.int32))
+            columns = [pa.nulls(n, pa.binary()), values,
+                       pa.array(["t"], pa.string()).take(zeros),
+                       pa.array(np.full(n, part.partition, dtype=np.int32)),
+                       pa.array(np.arange(part.start, part.end, dtype=np.int64)),
+                       pa.array(np.zeros(n, dtype=np.int64)).view(schema.field(5).type),
+                       zeros, pa.array(["record"], pa.string()).take(zeros),
+                       pa.array(np.ones(n, dtype=np.int64)), pa.nulls(n, pa.int64()),
+                       pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)),
+                                                pa.array([], pa.string()))]
+            yield pa.RecordBatch.from_arrays(columns, schema=schema)
+
+    class Ceiling(DataSource):
+        @classmethod
+        def name(cls):
+            return CEILING_FORMAT
+
+        def schema(self):
+            return source_schema()
+
+        def streamReader(self, schema):
+            return Reader(self.options, schema)
+
+    spark.dataSource.register(Ceiling)
+
+
 def run_once(spark, fmt: str, options: dict) -> float:
     chk = tempfile.mkdtemp(prefix="bench-chk-")
     try:
@@ -119,6 +200,7 @@ def consumer_performance(bootstrap: str, topic: str, records: int) -> float:
 ON = "barrier-kafka, checkpoint every batch"
 OFF = "barrier-kafka, checkpoints off"
 PERF = "kafka ConsumerPerformance"
+CEILING = "PySpark data source, no Kafka (ceiling)"
 #: The source packing its records for a keyed operator of this many key groups (the library's
 #: default max_parallelism): the rows Spark handles are then one per key group and fetch.
 PACKED_KEY_GROUPS = 128
@@ -132,6 +214,8 @@ def main() -> int:
     parser.add_argument("--max-offsets-per-trigger", type=int, default=500_000)
     parser.add_argument("--repeats", type=int, default=3,
                         help="alternated rounds (A B C D, A B C D, ...) after one warm-up each")
+    parser.add_argument("--ceiling", action="store_true",
+                        help="add a Python data source that reads no Kafka (the ceiling)")
     args = parser.parse_args()
     bootstrap = os.environ.get("BARRIER_KAFKA_BOOTSTRAP", "127.0.0.1:39092")
     topic = "bench_source_" + uuid.uuid4().hex[:8]
@@ -155,6 +239,11 @@ def main() -> int:
                        "packedKeyGroups": str(PACKED_KEY_GROUPS)}))),
         (PERF, lambda: consumer_performance(bootstrap, topic, args.records)),
     ]
+    if args.ceiling:
+        register_ceiling_source(spark)
+        variants.insert(-1, (CEILING, lambda: run_once(spark, CEILING_FORMAT, {
+            "partitions": str(args.partitions), "records": str(args.records),
+            "maxOffsetsPerTrigger": str(args.max_offsets_per_trigger)})))
     times = {name: [] for name, _ in variants}
     loads = []
     try:
@@ -192,6 +281,11 @@ def print_table(n: int, times: dict, loads: list) -> None:
                         ("packed / spark kafka", PACKED, "spark kafka"),
                         ("packed / ConsumerPerformance", PACKED, PERF)):
         print(f"| {label} | {rate[a][0] / rate[b][0]:.2f}x | {rate[a][1] / rate[b][1]:.2f}x |")
+    if CEILING in rate:
+        for label, a in (("ceiling / spark kafka", "spark kafka"), ("ceiling / ConsumerPerformance",
+                                                                     PERF)):
+            print(f"| {label} | {rate[CEILING][0] / rate[a][0]:.2f}x | "
+                  f"{rate[CEILING][1] / rate[a][1]:.2f}x |")
     cost = [(1 - rate[ON][i] / rate[OFF][i]) * 100 for i in (0, 1)]
     print(f"| barrier cost, every batch vs off (< 2%) | {cost[0]:+.1f}% | {cost[1]:+.1f}% |")
 
