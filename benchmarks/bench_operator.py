@@ -197,16 +197,16 @@ def main(argv=None):
             wall, progress, collected, _ = run(spark, build, opts, name)
             batch_ms = [p["durationMs"]["triggerExecution"] for p in progress]
             acks = [json.loads(r["ack"]) for r in collected if r.get("kind") == "ack"]
-            records = total  # every query reads every record; the packed rows are fewer
+            # Records, not input rows: every query reads every record, packed rows are fewer.
             results[name].append(dict(wall=wall, batch_ms=batch_ms, acks=acks,
-                                      rate=records / (sum(batch_ms) / 1000.0)))
+                                      rate=total / (sum(batch_ms) / 1000.0)))
             print(f"round {round_no + 1} {name}: {wall:.1f}s, {len(progress)} batches, "
                   f"{len(acks)} acks", flush=True)
 
     def row(name):
         runs = sorted(results[name], key=lambda r: r["rate"])
-        r = runs[len(runs) // 2]  # the median run's details
-        best = runs[-1]["rate"]
+        r = runs[len(runs) // 2]  # the details of the median run (of the upper one if even)
+        best, median = runs[-1]["rate"], statistics.median(run["rate"] for run in runs)
         steady = r["batch_ms"][1:] or r["batch_ms"]
         acks = r["acks"]
         al = [a["metrics"]["alignment_ms"] for a in acks]
@@ -214,7 +214,7 @@ def main(argv=None):
         sync = [a["metrics"]["sync_ms"] for a in acks]
         size = [a["metrics"]["state_bytes"] for a in acks]
         ckpts = len({a["checkpoint_id"] for a in acks})
-        return (name, best, r["rate"], statistics.median(steady), max(steady),
+        return (name, best, median, statistics.median(steady), max(steady),
                 statistics.median(al) if al else 0.0, max(al) if al else 0.0,
                 sum(held) / max(ckpts, 1), statistics.median(sync) if sync else 0.0,
                 sum(size) / max(ckpts, 1) / 1024)

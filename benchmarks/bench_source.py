@@ -84,17 +84,15 @@ CEILING_FORMAT = "bench-source-ceiling"
 
 def register_ceiling_source(spark) -> None:
     """A streaming Python data source with barrier-kafka's schema that fetches nothing: each task
-    yields its range's rows (null keys, 100-byte values, as ProducerPerformance writes them)
-    built with numpy, in the same batches and tasks as the Kafka sources. What it reaches is
-    what PySpark's data source machinery and Spark's ``noop`` sink allow, before any Kafka."""
-    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    turns its range (null keys, 100-byte values, as ProducerPerformance writes them, made with
+    numpy) into rows with the source's own :class:`~barrier_source.arrow_rows.RowBuilder`, in the
+    same batches and tasks as the Kafka sources. What it reaches is what PySpark's data source
+    machinery and Spark's ``noop`` sink allow, before any Kafka fetch or decode."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader
 
     from barrier_core.schema import source_schema
     from barrier_source.read_limits import SupportsTriggerAvailableNow
-
-    class Range(InputPartition):
-        def __init__(self, partition: int, start: int, end: int) -> None:
-            self.partition, self.start, self.end = partition, start, end
+    from barrier_source.reader import KafkaRangePartition
 
     class Reader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         def __init__(self, options, schema) -> None:
@@ -111,7 +109,8 @@ def register_ceiling_source(spark) -> None:
             return {"offset": min(at + self.step, self.per_partition)}
 
         def partitions(self, start, end):
-            return [Range(p, int(start["offset"]), int(end["offset"]))
+            return [KafkaRangePartition("ceiling", p, int(start["offset"]), int(end["offset"]),
+                                        barriers=(), epochs=(), next_checkpoint_id=1)
                     for p in range(self.partitions_n)]
 
         def prepareForTriggerAvailableNow(self):
@@ -124,25 +123,19 @@ def register_ceiling_source(spark) -> None:
             import numpy as np
             import pyarrow as pa
 
-            from barrier_core.schema import spark_arrow_schema
+            from barrier_source.arrow_rows import RowBuilder
+            from barrier_source.record_decode import DecodedRecords
 
-            schema = spark_arrow_schema(self.schema)
-            n = part.end - part.start
+            n = part.until_offset - part.from_offset
             values = pa.Array.from_buffers(
                 pa.binary(), n, [None, pa.py_buffer(np.arange(0, 100 * (n + 1), 100,
                                                               dtype=np.int32)),
                                  pa.py_buffer(np.zeros(100 * n, dtype=np.uint8))])
-            zeros = pa.array(np.zeros(n, dtype=np.int32))
-            columns = [pa.nulls(n, pa.binary()), values,
-                       pa.array(["t"], pa.string()).take(zeros),
-                       pa.array(np.full(n, part.partition, dtype=np.int32)),
-                       pa.array(np.arange(part.start, part.end, dtype=np.int64)),
-                       pa.array(np.zeros(n, dtype=np.int64)).view(schema.field(5).type),
-                       zeros, pa.array(["record"], pa.string()).take(zeros),
-                       pa.array(np.ones(n, dtype=np.int64)), pa.nulls(n, pa.int64()),
-                       pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)),
-                                                pa.array([], pa.string()))]
-            yield pa.RecordBatch.from_arrays(columns, schema=schema)
+            records = DecodedRecords(
+                np.arange(part.from_offset, part.until_offset, dtype=np.int64),
+                np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int32),
+                pa.nulls(n, pa.binary()), values, None)
+            yield RowBuilder(self.schema, part, False).records(records)
 
     class Ceiling(DataSource):
         @classmethod
