@@ -7,8 +7,13 @@ to ``foreachBatch`` collecting the small control/result rows. A third run skews 
 (channel 1 delivers barrier n one batch late, like a timestamp cut) to show alignment across
 micro-batches (records held back, alignment time). A fourth run reads the same records packed
 per key group (the source option ``packedKeyGroups``: one row per key group, channel and epoch,
-see :mod:`barrier_core.packed_source`). ``--rounds`` repeats the runs alternated (A B C D,
-A B C D) and the table gives each query's best and median.
+see :mod:`barrier_core.packed_source`). ``api-floor`` is ``applyInPandasWithState`` itself on
+the operator's layout (the same key groups and input columns, records only) with a function that
+only counts each key group's keys: the part of the keyed operator's cost that is Spark's stateful
+Python API and not the operator's own work. ``keyed-ranges`` is the keyed count with the
+settings operations.md recommends (``parallelism`` = shuffle partitions, records as Arrow), and
+``api-floor-ranges`` its floor (one call a task). ``--rounds`` repeats the runs alternated
+(A B C ..., A B C ...) and the table gives each query's best and median.
 
     python benchmarks/bench_operator.py --batches 8 --records 20000 --keys 1000 --rounds 3
 """
@@ -112,6 +117,16 @@ def _arrow_schema():
     return to_arrow_schema(source_schema(), timezone="UTC")
 
 
+def floor_count(key, frames, state):
+    """``api-floor``'s function (executor): the keys of the key group's batch counted, one row
+    out, one long of state; no barriers, alignment or snapshots."""
+    import pandas as pd
+
+    keys = sum(int(f["key"].nunique()) for f in frames)
+    state.update(((state.get[0] if state.exists else 0) + keys,))
+    yield pd.DataFrame({"key_group": [int(key[0])], "keys": [keys], "kind": [None]})
+
+
 class GenSource(DataSource):
     @classmethod
     def name(cls):
@@ -140,7 +155,7 @@ def run(spark, build, opts, name):
         durations.append(time.perf_counter() - t)
 
     chk = tempfile.mkdtemp(prefix=f"bench-{name}-")
-    mode = "append" if name.startswith("keyed") else "update"
+    mode = "update" if name in ("plain", "warmup") else "append"
     start = time.perf_counter()
     q = (out.writeStream.foreachBatch(sink).outputMode(mode)
          .option("checkpointLocation", chk).start())
@@ -161,7 +176,7 @@ def main(argv=None):
     ap.add_argument("--max-parallelism", type=int, default=32)
     ap.add_argument("--shuffle-partitions", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=1,
-                    help="alternated rounds of the four queries; best and median reported")
+                    help="alternated rounds of the seven queries; best and median reported")
     args = ap.parse_args(argv)
 
     from pyspark.sql import functions as F
@@ -180,14 +195,34 @@ def main(argv=None):
         return df.filter(F.col("kind") == "record").groupBy("key").count() \
             .withColumn("kind", F.lit(None).cast("string"))
 
-    def keyed(sub):
+    def keyed(sub, **settings):
         return lambda df: keyed_count(df, "key", f"file://{state}/{sub}", operator_id="bench",
-                                      max_parallelism=args.max_parallelism)
+                                      max_parallelism=args.max_parallelism, **settings)
+
+    def api_floor(ranges):
+        from barrier_ops.operator import (KEY_GROUP_COLUMN, RANGE_COLUMN, with_key_groups,
+                                          with_ranges)
+
+        def build(df):
+            records = with_key_groups(df, "key", args.max_parallelism).filter(
+                F.col("kind") == "record")
+            group = KEY_GROUP_COLUMN
+            if ranges:
+                records, group = with_ranges(records, args.max_parallelism, ranges), RANGE_COLUMN
+            return records.groupBy(group).applyInPandasWithState(
+                floor_count, "key_group int, keys long, kind string", "keys long", "append",
+                "NoTimeout")
+        return build
 
     run(spark, plain, dict(base, batches=2), "warmup")  # JVM, Python workers, codegen
     queries = (("plain", plain, base), ("keyed", keyed("a"), base),
                ("keyed-skewed", keyed("b"), dict(base, skew="true")),
-               ("keyed-packed", keyed("c"), dict(base, packed=args.max_parallelism)))
+               ("keyed-packed", keyed("c"), dict(base, packed=args.max_parallelism)),
+               ("api-floor", api_floor(None), base),
+               # the settings operations.md recommends: one call a task, records as Arrow
+               ("keyed-ranges", keyed("d", parallelism=args.shuffle_partitions,
+                                      records_format="arrow"), base),
+               ("api-floor-ranges", api_floor(args.shuffle_partitions), base))
     results = {name: [] for name, _, _ in queries}
     loads = []
     for round_no in range(args.rounds):
@@ -236,10 +271,13 @@ def main(argv=None):
     print("\n| ratio (goal >= 0.9x) | best | median | added batch p50 ms |")
     print("|---|---|---|---|")
     plain_row = rows["plain"]
-    for name in ("keyed", "keyed-packed"):
-        r = rows[name]
-        print(f"| {name} / plain | {r[1] / plain_row[1]:.2f}x | {r[2] / plain_row[2]:.2f}x | "
-              f"{r[3] - plain_row[3]:+.0f} |")
+    for name, base_name in (("keyed", "plain"), ("keyed-packed", "plain"),
+                            ("api-floor", "plain"), ("keyed", "api-floor"),
+                            ("keyed-ranges", "plain"), ("api-floor-ranges", "plain"),
+                            ("keyed-ranges", "api-floor-ranges")):
+        r, b = rows[name], rows[base_name]
+        print(f"| {name} / {base_name} | {r[1] / b[1]:.2f}x | {r[2] / b[2]:.2f}x | "
+              f"{r[3] - b[3]:+.0f} |")
     shutil.rmtree(state, ignore_errors=True)
     spark.stop()
 
