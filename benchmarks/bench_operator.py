@@ -270,7 +270,6 @@ def main(argv=None):
               f"{r[6]:.1f} | {r[7]:,.0f} | {r[8]:.1f} | {r[9]:.1f} |")
     print("\n| ratio (goal >= 0.9x) | best | median | added batch p50 ms |")
     print("|---|---|---|---|")
-    plain_row = rows["plain"]
     for name, base_name in (("keyed", "plain"), ("keyed-packed", "plain"),
                             ("api-floor", "plain"), ("keyed", "api-floor"),
                             ("keyed-ranges", "plain"), ("api-floor-ranges", "plain"),
