@@ -21,7 +21,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 from barrier_core.packed_source import KEY_GROUP_COLUMN  # noqa: F401 - the grouping key
 from barrier_ops.arrow_records import to_record_batch
 from barrier_ops.exceptions import InvalidOptionError
-from barrier_ops.input_events import RowSlice
+from barrier_ops.input_events import GroupEvents, RowSlice, build_group_events
 from barrier_ops.keygroups import operator_index
 from barrier_ops.options import RECORDS_ARROW, OperatorOptions
 from barrier_ops.output_rows import OutputRows
@@ -119,13 +119,16 @@ def _run_rows(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: L
               pack: Optional[int], time_zone: Optional[str], record_types: Optional[dict],
               uploads: Optional[SnapshotUploads],
               output: Optional[OutputRows] = None,
-              records_batch=None) -> Tuple[Optional[pd.DataFrame], bytes]:
+              records_batch=None,
+              events: Optional[GroupEvents] = None) -> Tuple[Optional[pd.DataFrame], bytes]:
     """:func:`run_batch` on the key group's rows ``pdf`` (no ``__kg`` column; any index); with
     ``output``, the output rows go there and None is returned in their place;
-    ``records_batch``: ``pdf`` as Arrow (:meth:`KeyGroupRuntime.process_batch`)."""
+    ``records_batch``: ``pdf`` as Arrow; ``events``: the key group's events among ``pdf``'s
+    rows when ``pdf`` holds a whole range (:meth:`KeyGroupRuntime.process_batch`)."""
     runtime = load_runtime(blob) if blob is not None else KeyGroupRuntime.create(opts, key_group)
     out = runtime.process_batch(opts, fn, key_col, user_columns, pdf, batch_time_ms, pack,
-                                time_zone, record_types, uploads, output, records_batch)
+                                time_zone, record_types, uploads, output, records_batch,
+                                events)
     return out, pickle.dumps(runtime, protocol=4)
 
 
@@ -161,15 +164,16 @@ def run_range(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: L
     # records as Arrow: the range's rows converted once, not once a key group
     records = (to_record_batch(pdf, record_types or {})
                if opts.records_format == RECORDS_ARROW and len(pdf) else None)
+    # every key group's events from one pass over the range's rows, not one a key group
+    events = build_group_events(pdf, bounds)
     with SnapshotUploads() as uploads:
-        for kg, a, b in zip(groups.tolist(), bounds[:-1].tolist(), bounds[1:].tolist()):
+        for kg, group_events in zip(groups.tolist(), events):
             if operator_index(kg, opts.max_parallelism, opts.parallelism) != index:
                 raise ValueError(f"key group {kg} is not in range {index} of "
                                  f"{opts.parallelism} (max_parallelism {opts.max_parallelism})")
             _, values[kg] = _run_rows(opts, fn, key_col, user_columns, kg, values.get(kg),
-                                      pdf.iloc[a:b], batch_time_ms, pack, time_zone,
-                                      record_types, uploads, output,
-                                      None if records is None else records.slice(a, b - a))
+                                      pdf, batch_time_ms, pack, time_zone, record_types,
+                                      uploads, output, records, group_events)
         uploads.finish(output)
     out = output.frame() if pack is None else output.packed_frame(pack, time_zone)
     return out, pickle.dumps({"layout": layout, "key_groups": values}, protocol=4)

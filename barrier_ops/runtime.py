@@ -20,9 +20,10 @@ batch and is pickled back. Per batch:
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 import numpy as np
 import pandas as pd
@@ -30,7 +31,8 @@ import pandas as pd
 from barrier_core.ack import AckMetrics, Acknowledgement, offsets_by_topic
 from barrier_ops.arrow_records import ArrowKeyRows
 from barrier_ops.function import KeyedProcessFunction, rows_to_tuples
-from barrier_ops.input_events import KeyRows, build_events, gather, group_by_key, key_order
+from barrier_ops.input_events import (GroupEvents, KeyRows, build_group_events, gather,
+                                      group_by_key, key_order)
 from barrier_ops.output_rows import OutputRows
 from barrier_ops.options import AT_LEAST_ONCE, RECORDS_ARROW, OperatorOptions
 from barrier_ops.snapshots import (IncrementalSnapshots, decode_full_state, encode_full, fold,
@@ -52,6 +54,13 @@ def output_topic(operator_id: str) -> str:
 def output_channel(operator_id: str, key_group: int) -> str:
     """Channel of key group ``key_group``'s output (``op:<operator_id>:<key_group>``)."""
     return channel_name(output_topic(operator_id), key_group)
+
+
+@functools.lru_cache(maxsize=64)
+def output_channels(operator_id: str, max_parallelism: int) -> Tuple[str, ...]:
+    """Every key group's output channel, in key-group order: the ``barrier_channels`` of each
+    barrier an operator emits (made once, not once a key group and checkpoint)."""
+    return tuple(output_channel(operator_id, k) for k in range(max_parallelism))
 
 
 class KeyGroupRuntime:
@@ -108,7 +117,8 @@ class KeyGroupRuntime:
                       record_types: Optional[dict] = None,
                       uploads: Optional[SnapshotUploads] = None,
                       output: Optional[OutputRows] = None,
-                      records_batch=None) -> Optional[pd.DataFrame]:
+                      records_batch=None,
+                      events: Optional[GroupEvents] = None) -> Optional[pd.DataFrame]:
         """Handle the rows one micro-batch delivered to this key group; return the output, one
         row per output row, or packed up to ``pack`` records a row, timestamps converted in
         ``time_zone`` (the session's; :meth:`~barrier_ops.output_rows.OutputRows.packed_frame`).
@@ -123,7 +133,10 @@ class KeyGroupRuntime:
         caller builds one frame for several key groups (``pack`` and ``time_zone`` unused).
         ``records_batch``: ``pdf`` already converted (:func:`~barrier_ops.arrow_records.to_record_batch`,
         row ``i`` of one is row ``i`` of the other), for records as Arrow; each key group of a
-        range then takes its records from the range's one conversion."""
+        range then takes its records from the range's one conversion. ``events``: this key
+        group's events and ack rows among ``pdf``'s rows, when ``pdf`` holds a whole range of
+        key groups (:func:`~barrier_ops.input_events.build_group_events`); without it every row
+        of ``pdf`` is this key group's."""
         own_uploads = uploads is None
         self._uploads = SnapshotUploads() if own_uploads else uploads
         self._opts, self._fn, self._key_col = opts, fn, key_col
@@ -134,14 +147,15 @@ class KeyGroupRuntime:
         self._out = OutputRows(user_columns) if output is None else output
         self._backend = None
         try:
-            kind = pdf["kind"].to_numpy()
-            acks = np.flatnonzero(kind == KIND_ACK)
+            if events is None:
+                events = build_group_events(pdf, np.array([0, len(pdf)]))[0]
+            acks = events.acks
             for row in pdf.iloc[acks].to_dict("records") if len(acks) else ():   # step 1
                 part = _py(row.get("partition"))
                 self._emit_control(KIND_ACK, row["checkpoint_id"], topic=row.get("topic"),
                                    partition=None if part is None else int(part),
                                    ack=row.get("ack"))
-            self.handler.push_all(build_events(pdf))
+            self.handler.push_all(events.events)
             if self.epoch is None:
                 self.handler.adopt_first_checkpoint()
                 current = self.handler.current_checkpoint_id
@@ -305,8 +319,7 @@ class KeyGroupRuntime:
             KIND_BARRIER, trig.checkpoint_id, topic=output_topic(opts.operator_id),
             partition=self.key_group,
             offset=self.output_seq, checkpoint_timestamp=trig.timestamp_ms,
-            barrier_channels=[output_channel(opts.operator_id, k)
-                              for k in range(opts.max_parallelism)])
+            barrier_channels=list(output_channels(opts.operator_id, opts.max_parallelism)))
         logger.debug("%s: snapshot of checkpoint %d, %d bytes serialised in %.1f ms",
                      self.handler.name, trig.checkpoint_id, len(blob), sync_ms)
 
@@ -327,16 +340,21 @@ class _LatestTimestamp:
     null); ranges are positions. ``col``: a Series or a pandas array."""
 
     def __init__(self, col) -> None:
-        self._col = None if col is None else pd.Series(col, copy=False)
-        self._i8 = None
+        self._col = None      # a column that is not datetimes, as a Series
+        self._i8 = None       # a datetime column's values as int64 (``_values``: as they are)
         self._naive_ns = False
-        if col is not None and pd.api.types.is_datetime64_any_dtype(col.dtype):
-            self._values = self._col.array
+        if col is None:
+            return
+        if pd.api.types.is_datetime64_any_dtype(col.dtype):
+            # no Series: building one cost more than the rest of a small key group's lookups
+            self._values = col.array if isinstance(col, pd.Series) else col
             self._i8 = self._values.asi8   # NaT is the smallest int64: argmax skips it
             self._naive_ns = col.dtype == _NAIVE_NS
+        else:
+            self._col = pd.Series(col, copy=False)
 
     def between(self, a: int, b: int):
-        if self._col is None or b <= a:
+        if (self._col is None and self._i8 is None) or b <= a:
             return None
         if self._i8 is None:
             ts = self._col.iloc[a:b].max()

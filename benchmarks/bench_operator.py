@@ -16,6 +16,7 @@ settings operations.md recommends (``parallelism`` = shuffle partitions, records
 (A B C ..., A B C ...) and the table gives each query's best and median.
 
     python benchmarks/bench_operator.py --batches 8 --records 20000 --keys 1000 --rounds 3
+    python benchmarks/bench_operator.py --rounds 6 --queries keyed-ranges,api-floor-ranges
 """
 
 from __future__ import annotations
@@ -177,6 +178,9 @@ def main(argv=None):
     ap.add_argument("--shuffle-partitions", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=1,
                     help="alternated rounds of the seven queries; best and median reported")
+    ap.add_argument("--queries", default=None,
+                    help="comma-separated names of the queries to run (default: all seven; "
+                         "plain is always run, as every ratio's base)")
     args = ap.parse_args(argv)
 
     from pyspark.sql import functions as F
@@ -223,6 +227,13 @@ def main(argv=None):
                ("keyed-ranges", keyed("d", parallelism=args.shuffle_partitions,
                                       records_format="arrow"), base),
                ("api-floor-ranges", api_floor(args.shuffle_partitions), base))
+    if args.queries:
+        wanted = {"plain", *args.queries.split(",")}
+        unknown = wanted - {name for name, _, _ in queries}
+        if unknown:
+            raise SystemExit(f"unknown queries {sorted(unknown)}: choose from "
+                             f"{', '.join(name for name, _, _ in queries)}")
+        queries = tuple(q for q in queries if q[0] in wanted)
     results = {name: [] for name, _, _ in queries}
     loads = []
     for round_no in range(args.rounds):
@@ -274,6 +285,8 @@ def main(argv=None):
                             ("api-floor", "plain"), ("keyed", "api-floor"),
                             ("keyed-ranges", "plain"), ("api-floor-ranges", "plain"),
                             ("keyed-ranges", "api-floor-ranges")):
+        if name not in rows or base_name not in rows:
+            continue
         r, b = rows[name], rows[base_name]
         print(f"| {name} / {base_name} | {r[1] / b[1]:.2f}x | {r[2] / b[2]:.2f}x | "
               f"{r[3] - b[3]:+.0f} |")

@@ -11,8 +11,8 @@ import pytest
 
 from barrier_ops.alignment import Records
 from barrier_ops.examples.word_count import CountPerKey
-from barrier_ops.input_events import (KeyRows, RowSlice, build_events, gather,
-                                      group_by_key)
+from barrier_ops.input_events import (KeyRows, RowSlice, build_events, build_group_events,
+                                      gather, group_by_key)
 from barrier_ops.options import OperatorOptions
 from barrier_ops.output_rows import CONTROL_COLUMNS, OutputRows
 from barrier_ops.runtime import KeyGroupRuntime
@@ -285,3 +285,60 @@ def test_output_rows_refuse_a_control_field_that_is_not_a_control_column():
     out.add_control(kind="ack", checkpoint_id=3, ack="{}")
     frame = out.frame()
     assert frame["checkpoint_id"].tolist() == [3] and frame["word"].isna().all()
+
+
+def _describe(events):
+    """Events as comparable tuples: a chunk by its rows' values, not its positions."""
+    out = []
+    for e in events:
+        if isinstance(e, Records):
+            rows = e.payload.rows()
+            out.append(("records", e.channel, e.epoch, rows["offset"].tolist(),
+                        rows["key"].tolist()))
+        else:
+            out.append(e)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_range_cuts_each_key_group_as_its_own_frame_would(seed):
+    """A range of key groups builds every key group's events in one pass over its frame
+    (build_group_events): each group gets the events and ack rows of its own rows alone, in
+    any mix of topics, partitions, epochs, barriers with and without an offset, cancellations,
+    acks with null partitions, duplicate offsets and empty groups."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for group in range(int(rng.integers(1, 7))):
+        rows = []
+        for _ in range(int(rng.integers(0, 30))):
+            kind = rng.choice(["record"] * 6 + ["barrier", "cancel", "ack"])
+            topic, part = str(rng.choice(["a", "b"])), int(rng.integers(0, 3))
+            cid = int(rng.integers(1, 4))
+            if kind == "ack":
+                rows.append({"kind": "ack", "topic": None, "partition": None, "offset": None,
+                             "checkpoint_id": cid, "key": None, "ack": f"g{group}"})
+            elif kind == "record":
+                rows.append({"kind": "record", "topic": topic, "partition": part,
+                             "offset": int(rng.integers(0, 12)), "checkpoint_id": cid,
+                             "key": f"k{rng.integers(5)}"})
+            else:
+                offset = None if rng.random() < 0.3 else int(rng.integers(0, 12))
+                rows.append({"kind": kind, "topic": topic, "partition": part, "offset": offset,
+                             "checkpoint_id": cid, "key": None, "checkpoint_timestamp": 7,
+                             "barrier_channels": '["a:0", "b:1"]'})
+        parts.append(pd.DataFrame(rows, columns=["kind", "topic", "partition", "offset",
+                                                 "checkpoint_id", "key", "ack",
+                                                 "checkpoint_timestamp", "barrier_channels"]))
+    frame = pd.concat(parts, ignore_index=True)
+    bounds = np.r_[0, np.cumsum([len(p) for p in parts])]
+    together = build_group_events(frame, bounds)
+    assert len(together) == len(parts)
+    for group, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+        alone = frame.iloc[a:b].reset_index(drop=True)
+        assert _describe(together[group].events) == _describe(build_events(alone))
+        assert frame["ack"].take(together[group].acks).tolist() == [f"g{group}"] * int(
+            (alone["kind"] == "ack").sum())
+        for e in together[group].events:   # chunks cut the range's frame, inside the group
+            if isinstance(e, Records):
+                assert e.payload.frame is frame
+                assert ((e.payload.positions >= a) & (e.payload.positions < b)).all()
