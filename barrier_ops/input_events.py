@@ -80,10 +80,11 @@ class GroupEvents:
 
 def build_group_events(pdf: pd.DataFrame, bounds: np.ndarray) -> List[GroupEvents]:
     """:func:`build_events` of each key group of a frame whose key group ``i`` owns rows
-    ``bounds[i]:bounds[i+1]`` (``bounds`` from 0 to ``len(pdf)``), in one pass over the frame: the events of group ``i`` equal
-    ``build_events(pdf.iloc[bounds[i]:bounds[i+1]])`` but cut ``pdf``'s rows, not a slice's.
-    A range of key groups (``parallelism``) reads its columns and sorts once instead of once a
-    key group, which cost about 1.5 ms a key group and batch (a dozen pandas calls)."""
+    ``bounds[i]:bounds[i+1]`` (``bounds`` from 0 to ``len(pdf)``), in one pass over the frame
+    (executor): the events of group ``i`` equal ``build_events(pdf.iloc[bounds[i]:bounds[i+1]])``
+    but cut ``pdf``'s rows, not a slice's. A range of key groups (``parallelism``) reads its
+    columns and sorts once instead of once a key group, which cost about 1.5 ms a key group and
+    batch (a dozen pandas calls)."""
     groups = len(bounds) - 1
     group_of = np.repeat(np.arange(groups), np.diff(bounds))
     kind = pdf["kind"].to_numpy()
