@@ -47,7 +47,20 @@ class Acknowledgement:
     storage: Optional[str] = field(default=None)  # where the snapshot went (describe())
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=False, separators=(",", ":"))
+        """The row's JSON: the fields in declaration order, ``metrics`` as an object of its
+        five fields. Built as plain dicts (``dataclasses.asdict`` deep-copies ``snapshot`` and
+        ``offsets`` first, a few percent of a range's whole call with dozens of key groups);
+        the text is the same as ``json.dumps(asdict(self))``, compact."""
+        m = self.metrics
+        return json.dumps({
+            "operator_id": self.operator_id, "key_group": self.key_group,
+            "num_key_groups": self.num_key_groups, "checkpoint_id": self.checkpoint_id,
+            "snapshot": self.snapshot, "offsets": self.offsets,
+            "metrics": {"alignment_ms": m.alignment_ms, "held_back_records": m.held_back_records,
+                        "sync_ms": m.sync_ms, "async_ms": m.async_ms,
+                        "state_bytes": m.state_bytes},
+            "checkpoint_timestamp": self.checkpoint_timestamp, "storage": self.storage,
+        }, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, raw: Union[str, bytes, Mapping]) -> "Acknowledgement":

@@ -215,6 +215,30 @@ def test_naive_nanoseconds_convert_as_the_naive_timestamps_they_stand_for(zone):
     assert str(frames[1]["timestamp"].dtype) == "datetime64[ns]"
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_a_timestamp_column_of_nanoseconds_is_the_column_of_their_timestamps(seed):
+    """The frame's ``timestamp`` column made from ints (and None) at once is the column pandas
+    infers from their ``pd.Timestamp``s: same dtype, same values, NaT for None."""
+    from barrier_ops.output_rows import _control_array, _naive_ns_array
+    from barrier_ops.packed_rows import naive_timestamps
+
+    rng = random.Random(seed)
+    nat = int(np.iinfo(np.int64).min)
+    for _ in range(40):
+        values = [rng.choice([None, nat, rng.randrange(-2 ** 63 + 1, 2 ** 63)])
+                  if rng.random() < 0.3 else rng.randrange(-2 ** 62, 2 ** 62)
+                  for _ in range(rng.randrange(1, 12))]
+        expected = _control_array("timestamp", naive_timestamps(values))
+        made = _naive_ns_array(values)
+        if made is None:    # nothing but None and NaT: left to the general path
+            assert all(v is None or v == nat for v in values)
+            continue
+        assert made.dtype == expected.dtype
+        pd.testing.assert_extension_array_equal(made, expected)
+    assert _naive_ns_array([1, pd.Timestamp(2)]) is None    # not all ints: the general path
+    assert _naive_ns_array([]) is None
+
+
 def test_integers_above_2_pow_53_stay_exact_beside_null_control_rows():
     """pandas made such a column float64 (the control row's null), and 2**53 + 1 became 2**53."""
     out = OutputRows(COLUMNS)
