@@ -131,10 +131,8 @@ class OutputRows:
         control = self._control()
         for name in CONTROL_COLUMNS:
             if name == "timestamp":
-                stamps = _naive_ns_array(self._stamps)
-                if stamps is None:
-                    stamps = _control_array(name, naive_timestamps(self._stamps))
-                columns[name] = stamps.repeat(np.asarray(self._stamp_counts, dtype=np.int64))
+                columns[name] = _control_array(name, naive_timestamps(self._stamps)).repeat(
+                    np.asarray(self._stamp_counts, dtype=np.int64))
                 continue
             column = _control_array(name, control[name]).repeat(counts)
             if name == "offset" and (counts > 1).any():  # a block counts up from its first
@@ -221,28 +219,6 @@ def _control_array(name: str, values: List[Any]):
     if isinstance(series.dtype, np.dtype) and series.dtype.kind != "M":
         return series.to_numpy()
     return series.array  # datetime64 (naive or with a time zone) and extension types
-
-
-def _naive_ns_array(stamps: List[Any]):
-    """``stamps`` (one a key or control row) as the datetime64[ns] array that
-    ``_control_array("timestamp", naive_timestamps(stamps))`` gives, when they are all naive
-    nanoseconds (ints, as the operator passes a key's latest record time) or None, with at
-    least one int; else None. One numpy conversion instead of a ``pd.Timestamp`` a key and
-    pandas' inference over them (about 5 us a key)."""
-    if not stamps or not all(type(v) is int or v is None for v in stamps):
-        return None
-    ints = [_NAT_NS if v is None else v for v in stamps]
-    if all(v == _NAT_NS for v in ints):
-        return None
-    try:
-        values = np.array(ints, dtype=np.int64)
-    except OverflowError:   # not nanoseconds pandas holds: as before (it raises or converts)
-        return None
-    return pd.array(values.view("M8[ns]"))
-
-
-#: NaT's int64 value (None in a timestamp column)
-_NAT_NS = int(np.iinfo(np.int64).min)
 
 
 def _frame_of(columns: Dict[str, Any]) -> pd.DataFrame:

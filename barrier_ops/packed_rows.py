@@ -139,12 +139,26 @@ def utc_micros(values: list, time_zone: Optional[str]) -> list:
 def naive_timestamps(values: list):
     """Output rows' ``timestamp`` values with each int, a naive timestamp's nanoseconds as the
     operator passes a record block's (:class:`~barrier_ops.output_rows.OutputRows`), made a
-    pandas timestamp; ``values`` itself when it holds no int."""
+    pandas timestamp; ``values`` itself when it holds no int. When every value is such an int
+    or None, they come back at once as the ``datetime64[ns]`` array pandas infers from those
+    timestamps (None as NaT): one numpy conversion instead of a ``pd.Timestamp`` a key (about
+    5 us a key with pandas' inference over them)."""
     import pandas as pd
 
     if not any(type(v) is int for v in values):
         return values
+    if all(type(v) is int or v is None for v in values):
+        try:
+            ns = np.array([_NAT_NS if v is None else v for v in values], dtype=np.int64)
+        except OverflowError:   # not nanoseconds pandas holds: one at a time, as pandas decides
+            ns = None
+        if ns is not None and (ns != _NAT_NS).any():   # only NaT: left as pandas infers it
+            return pd.array(ns.view("M8[ns]"))
     return [pd.Timestamp(v) if type(v) is int else v for v in values]
+
+
+#: NaT's int64 value (None in a timestamp column)
+_NAT_NS = int(np.iinfo(np.int64).min)
 
 
 def _micros(ns: int) -> int:

@@ -219,7 +219,7 @@ def test_naive_nanoseconds_convert_as_the_naive_timestamps_they_stand_for(zone):
 def test_a_timestamp_column_of_nanoseconds_is_the_column_of_their_timestamps(seed):
     """The frame's ``timestamp`` column made from ints (and None) at once is the column pandas
     infers from their ``pd.Timestamp``s: same dtype, same values, NaT for None."""
-    from barrier_ops.output_rows import _control_array, _naive_ns_array
+    from barrier_ops.output_rows import _control_array
     from barrier_ops.packed_rows import naive_timestamps
 
     rng = random.Random(seed)
@@ -228,15 +228,17 @@ def test_a_timestamp_column_of_nanoseconds_is_the_column_of_their_timestamps(see
         values = [rng.choice([None, nat, rng.randrange(-2 ** 63 + 1, 2 ** 63)])
                   if rng.random() < 0.3 else rng.randrange(-2 ** 62, 2 ** 62)
                   for _ in range(rng.randrange(1, 12))]
-        expected = _control_array("timestamp", naive_timestamps(values))
-        made = _naive_ns_array(values)
-        if made is None:    # nothing but None and NaT: left to the general path
+        expected = _control_array("timestamp",
+                                  [pd.Timestamp(v) if type(v) is int else v for v in values])
+        converted = naive_timestamps(values)
+        if isinstance(converted, list):   # nothing but None and NaT: one at a time
             assert all(v is None or v == nat for v in values)
-            continue
-        assert made.dtype == expected.dtype
-        pd.testing.assert_extension_array_equal(made, expected)
-    assert _naive_ns_array([1, pd.Timestamp(2)]) is None    # not all ints: the general path
-    assert _naive_ns_array([]) is None
+        made = _control_array("timestamp", converted)
+        assert type(made) is type(expected) and made.dtype == expected.dtype
+        pd.testing.assert_series_equal(pd.Series(made), pd.Series(expected))
+    mixed = [1, pd.Timestamp(2)]   # not all ints: one at a time, as before
+    assert naive_timestamps(mixed) == [pd.Timestamp(1), pd.Timestamp(2)]
+    assert naive_timestamps([]) == []
 
 
 def test_integers_above_2_pow_53_stay_exact_beside_null_control_rows():
