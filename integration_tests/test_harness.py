@@ -152,3 +152,32 @@ def test_missing_jdk_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(jars.shutil, "which", lambda name: None)
     with pytest.raises(jars.JarFetchError, match="No Java runtime found"):
         jars.require_java()
+
+
+def test_two_processes_fetching_one_version_share_one_download(tmp_path):
+    """The parallel test workers start their brokers at once on a fresh machine. Both fetch the
+    broker jars into the same empty cache: one downloads, the other waits for it and gets the
+    same folder. Old main let both download, and the second replaced the folder the first had
+    already handed to its broker (another inode under the same path)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = ("import json, os; from kafka_harness.jars import fetch_broker_jars; "
+              "libs = fetch_broker_jars('4.1.1'); "
+              "print(json.dumps([str(libs), os.stat(libs).st_ino]))")
+    env = dict(os.environ, BARRIER_KAFKA_CACHE=str(tmp_path / "cache"))
+    procs = [subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=900)
+        assert proc.returncode == 0, err[-2000:]
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    (path_a, inode_a), (path_b, inode_b) = results
+    assert path_a == path_b
+    assert inode_a == inode_b == os.stat(path_a).st_ino, "a second download replaced the folder"
+    assert (tmp_path / "cache" / "kafka-4.1.1" / "libs" / ".complete").read_text() == "4.1.1"
+    assert any(p.name.startswith("kafka_2.13-") for p in (tmp_path / "cache" / "kafka-4.1.1"
+                                                           / "libs").iterdir())

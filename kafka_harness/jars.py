@@ -2,11 +2,15 @@
 
 Runs in the test / demo driver process. Guarantees: the cache folder is either complete (it
 contains a ``.complete`` marker written last) or ignored and rebuilt; a failed download never
-leaves a half-filled cache that a later run would trust.
+leaves a half-filled cache that a later run would trust. One process at a time downloads a
+version (a lock file beside its folder): the parallel test workers start their brokers at once
+on a fresh machine, and a second download would replace the folder under the first broker.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import shutil
@@ -73,6 +77,29 @@ def fetch_broker_jars(version: str = KAFKA_VERSION) -> Path:
     if marker.exists():
         return libs
     require_java()
+    with _download_lock(version):
+        if not marker.exists():  # else another process downloaded it while this one waited
+            _download(version, libs)
+    return libs
+
+
+@contextlib.contextmanager
+def _download_lock(version: str):
+    """Hold the version's download lock (an exclusive ``flock`` on ``kafka-<version>.lock`` in
+    the cache; released when the holder exits, however it exits)."""
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f"kafka-{version}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _download(version: str, libs: Path) -> None:
+    """Maven's copy of the version's runtime classpath, moved into ``libs`` whole, then its
+    ``.complete`` marker (the caller holds the version's download lock)."""
     mvn = shutil.which("mvn")
     if mvn is None:
         raise JarFetchError(
@@ -111,5 +138,4 @@ def fetch_broker_jars(version: str = KAFKA_VERSION) -> Path:
     if libs.exists():
         shutil.rmtree(libs)
     shutil.move(str(staging), str(libs))
-    marker.write_text(version)
-    return libs
+    (libs / ".complete").write_text(version)
