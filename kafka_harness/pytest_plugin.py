@@ -1,7 +1,13 @@
 """pytest fixtures for the real services: Kafka broker, S3 server, local Spark.
 
 Loaded by the repository's root ``conftest.py``. Session-scoped: one broker, one S3 server and one
-SparkSession per test run. ``BARRIER_KAFKA_BOOTSTRAP`` reuses an already running broker.
+SparkSession per test process. ``BARRIER_KAFKA_BOOTSTRAP`` reuses an already running broker.
+
+The suite runs in parallel workers (pytest-xdist, ``-n 2 --dist loadfile`` in ``setup.cfg``):
+each worker is a test process with its own broker, S3 server and SparkSession, and runs whole
+test files, so a module's fixtures (a standalone cluster, a broker of another version) are made
+once. The controller prepares what every Spark driver shares (the compiled Spark home, the
+class archive, the library's bytecode) before the workers start; they inherit its environment.
 """
 
 from __future__ import annotations
@@ -36,8 +42,14 @@ def pytest_sessionstart(session):
     (:func:`barrier_kafka.compiled_spark_home`; unless ``SPARK_HOME`` is set), map one class
     archive and compile with the JIT's first tier (:mod:`kafka_harness.jvm_startup`); the home
     and the archive are written on the first run on a machine. The library's bytecode is
-    written first (:mod:`kafka_harness.bytecode`), so no worker compiles the library."""
+    written first (:mod:`kafka_harness.bytecode`), so no worker compiles the library.
+
+    In a parallel worker this does nothing: the controller did it before starting the workers,
+    whose environment (``SPARK_HOME``, the quick JIT) is the controller's."""
     import time
+
+    if _is_worker(session.config):
+        return
 
     compile_library()
     if not os.environ.get("SPARK_HOME"):
@@ -56,6 +68,24 @@ def pytest_sessionstart(session):
     what = f"{archive} ({'reused' if reused else took})" if archive else \
         "none (drivers load every class)"
     _SUMMARY_LINES.append(f"[kafka-harness] Spark driver class archive: {what}")
+
+
+def _is_worker(config) -> bool:
+    """True in a pytest-xdist worker process (it has the controller's ``workerinput``)."""
+    return hasattr(config, "workerinput")
+
+
+def pytest_sessionfinish(session):
+    """A parallel worker hands its summary lines (its broker's figures) to the controller."""
+    if _is_worker(session.config):
+        session.config.workeroutput["kafka_harness_summary"] = list(_SUMMARY_LINES)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """The controller prints each finished worker's summary lines, naming the worker."""
+    for line in getattr(node, "workeroutput", {}).get("kafka_harness_summary", ()):
+        _SUMMARY_LINES.append(f"{line} ({node.gateway.id})")
 
 
 class ExternalBroker:
