@@ -2,8 +2,7 @@
 task) instead of the whole pipeline being killed: Spark then aborts the batch (``writer.abort``
 after a failed ``commit``) and the query fails; an operator restarts it in a new Spark session.
 
-One pipeline per sink (the file sink's with ``BARRIER_KAFKA_SLOW=1``) is failed at every
-protocol step in turn (each restart fails at the next
+One pipeline per sink is failed at every protocol step in turn (each restart fails at the next
 step), then run to the end. After every failure the committed output is a duplicate-free prefix;
 at the end every expected record is there exactly once, no transaction of the sink is open, and
 the consumer group's offsets equal the last completed checkpoint. Before issue 12, a raise after
@@ -31,13 +30,7 @@ def raise_input(kafka_admin, bootstrap):
     return produce_input(kafka_admin, bootstrap, RECORDS, KEYS)
 
 
-@pytest.mark.parametrize("sink", [
-    "kafka",
-    # The file sink runs the same committer (unit-tested for both sinks in
-    # tests/sink/test_committer.py); its chain (~4 min) is part of the long soak.
-    pytest.param("files", marks=pytest.mark.skipif(
-        not os.environ.get("BARRIER_KAFKA_SLOW"), reason="set BARRIER_KAFKA_SLOW=1")),
-])
+@pytest.mark.parametrize("sink", ["kafka", "files"])
 def test_raise_at_every_protocol_step_then_restart(sink, bootstrap, raise_input, topic_factory,
                                                    tmp_path):
     output = topic_factory(2, prefix=f"eo_out_raise_{sink}")
