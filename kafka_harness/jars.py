@@ -28,6 +28,8 @@ LOG4J_VERSION = os.environ.get("BARRIER_KAFKA_LOG4J_VERSION", "2.24.3")
 MAVEN_TIMEOUT_S = 900
 
 _POM = Path(__file__).with_name("pom.xml")
+#: Written last into a version's folder: the folder is complete.
+_COMPLETE = ".complete"
 
 
 class JarFetchError(RuntimeError):
@@ -73,7 +75,7 @@ def fetch_broker_jars(version: str = KAFKA_VERSION) -> Path:
         If Maven is missing, fails or times out. The message carries Maven's last lines.
     """
     libs = cache_root() / f"kafka-{version}" / "libs"
-    marker = libs / ".complete"
+    marker = libs / _COMPLETE
     if marker.exists():
         return libs
     require_java()
@@ -99,7 +101,7 @@ def _download_lock(version: str):
 
 def _download(version: str, libs: Path) -> None:
     """Maven's copy of the version's runtime classpath, moved into ``libs`` whole, then its
-    ``.complete`` marker (the caller holds the version's download lock)."""
+    completeness marker (the caller holds the version's download lock)."""
     mvn = shutil.which("mvn")
     if mvn is None:
         raise JarFetchError(
@@ -138,4 +140,4 @@ def _download(version: str, libs: Path) -> None:
     if libs.exists():
         shutil.rmtree(libs)
     shutil.move(str(staging), str(libs))
-    (libs / ".complete").write_text(version)
+    (libs / _COMPLETE).write_text(version)
