@@ -3,7 +3,7 @@
 Kafka's own ``VerifiableProducer`` writes the input (value = sequence number, keys ``0 .. K-1`` in
 turn). The pipeline (barrier-kafka source -> aligned keyed running count -> 2PC Kafka sink) is
 started, and after a delay drawn uniformly from ``[0.5 s, 14 s]`` its whole process tree (driver
-JVM, driver Python, every Python worker) is SIGKILLed; this repeats ``KILLS`` times (12 by
+JVM, driver Python, every Python worker) is SIGKILLed; this repeats ``KILLS`` times (20 by
 default, 100 with ``BARRIER_KAFKA_SLOW=1``, or ``BARRIER_KAFKA_RANDOM_KILLS=<n>``), then a last
 run finishes. After every kill the ``read_committed`` output is a duplicate-free prefix. At the
 end every input sequence number is in the output exactly once (output ``k:i`` is the i-th record
@@ -36,11 +36,11 @@ from kafka_harness.topics import create_topic
 def _kills() -> int:
     if os.environ.get("BARRIER_KAFKA_RANDOM_KILLS"):
         return int(os.environ["BARRIER_KAFKA_RANDOM_KILLS"])
-    return 100 if os.environ.get("BARRIER_KAFKA_SLOW") else 12
+    return 100 if os.environ.get("BARRIER_KAFKA_SLOW") else 20
 
 
 KILLS = _kills()
-# Enough input that no run finishes before its kill, however many kills (54,000 for 12).
+# Enough input that no run finishes before its kill, however many kills (90,000 for 20).
 RECORDS = 4_500 * KILLS
 KEYS = 97
 BATCH = 3_000
