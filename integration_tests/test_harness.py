@@ -176,8 +176,8 @@ def test_two_processes_fetching_one_version_share_one_download(tmp_path):
         assert proc.returncode == 0, err[-2000:]
         results.append(json.loads(out.strip().splitlines()[-1]))
     (path_a, inode_a), (path_b, inode_b) = results
-    assert path_a == path_b
-    assert inode_a == inode_b == os.stat(path_a).st_ino, "a second download replaced the folder"
-    assert (tmp_path / "cache" / "kafka-4.1.1" / "libs" / ".complete").read_text() == "4.1.1"
-    assert any(p.name.startswith("kafka_2.13-") for p in (tmp_path / "cache" / "kafka-4.1.1"
-                                                           / "libs").iterdir())
+    libs = tmp_path / "cache" / "kafka-4.1.1" / "libs"
+    assert path_a == path_b == str(libs)
+    assert inode_a == inode_b == os.stat(libs).st_ino, "a second download replaced the folder"
+    assert (libs / ".complete").read_text() == "4.1.1"
+    assert any(p.name.startswith("kafka_2.13-") for p in libs.iterdir())
