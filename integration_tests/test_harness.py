@@ -164,8 +164,10 @@ def test_two_processes_fetching_one_version_share_one_download(tmp_path):
     import subprocess
     import sys
 
+    from kafka_harness.jars import KAFKA_VERSION
+
     script = ("import json, os; from kafka_harness.jars import fetch_broker_jars; "
-              "libs = fetch_broker_jars('4.1.1'); "
+              f"libs = fetch_broker_jars({KAFKA_VERSION!r}); "
               "print(json.dumps([str(libs), os.stat(libs).st_ino]))")
     env = dict(os.environ, BARRIER_KAFKA_CACHE=str(tmp_path / "cache"))
     procs = [subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
@@ -176,8 +178,8 @@ def test_two_processes_fetching_one_version_share_one_download(tmp_path):
         assert proc.returncode == 0, err[-2000:]
         results.append(json.loads(out.strip().splitlines()[-1]))
     (path_a, inode_a), (path_b, inode_b) = results
-    libs = tmp_path / "cache" / "kafka-4.1.1" / "libs"
+    libs = tmp_path / "cache" / f"kafka-{KAFKA_VERSION}" / "libs"
     assert path_a == path_b == str(libs)
     assert inode_a == inode_b == os.stat(libs).st_ino, "a second download replaced the folder"
-    assert (libs / ".complete").read_text() == "4.1.1"
+    assert (libs / ".complete").read_text() == KAFKA_VERSION
     assert any(p.name.startswith("kafka_2.13-") for p in libs.iterdir())
