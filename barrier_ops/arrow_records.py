@@ -102,5 +102,13 @@ class ArrowKeyRows:
         out._batch = batch.take(pa.array(positions))
         return out
 
+    @classmethod
+    def sliced(cls, batch, a: int, b: int) -> "ArrowKeyRows":
+        """Rows ``a:b`` of ``batch``, already key by key (zero-copy;
+        :mod:`barrier_ops.range_records`)."""
+        out = cls.__new__(cls)
+        out._batch = batch.slice(a, b - a)
+        return out
+
     def __call__(self, a: int, b: int):
         return self._batch.slice(a, b - a)

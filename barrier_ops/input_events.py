@@ -69,13 +69,17 @@ def build_events(pdf: pd.DataFrame) -> List[Any]:
 
 class GroupEvents:
     """One key group's part of a batch frame: its events (:func:`build_events`, payloads
-    :class:`RowSlice` s of the whole frame) and the positions of its ack rows, in batch order."""
+    :class:`RowSlice` s of the whole frame), the positions of its ack rows, in batch order, and
+    of its record rows in the order of its events (each channel's records, channels in sorted
+    order): the positions a segment releasing all of them in one go holds."""
 
-    __slots__ = ("events", "acks")
+    __slots__ = ("events", "acks", "records")
 
-    def __init__(self, events: List[Any], acks: np.ndarray) -> None:
+    def __init__(self, events: List[Any], acks: np.ndarray,
+                 records: Optional[np.ndarray] = None) -> None:
         self.events = events
         self.acks = acks
+        self.records = np.empty(0, dtype="int64") if records is None else records
 
 
 def build_group_events(pdf: pd.DataFrame, bounds: np.ndarray) -> List[GroupEvents]:
@@ -93,24 +97,34 @@ def build_group_events(pdf: pd.DataFrame, bounds: np.ndarray) -> List[GroupEvent
     acks = np.flatnonzero(kind == KIND_ACK)
     records = np.flatnonzero(kind == KIND_RECORD)
     by_channel: List[Dict[str, np.ndarray]] = [{} for _ in range(groups)]
+    in_order = np.empty(0, dtype="int64")       # each group's records in its events' order
+    group_starts = np.zeros(groups + 1, dtype="int64")
     if len(records):
         topic_col = pdf["topic"].to_numpy()
-        topics, _ = pd.factorize(topic_col[records])
+        topics, topic_names = pd.factorize(topic_col[records])
         # records only: control rows may have null partitions / offsets (a float column)
         partitions = pdf["partition"].to_numpy()[records].astype("int64")
         offsets = pdf["offset"].to_numpy()[records].astype("int64")
         owner = group_of[records]
+        width = int(partitions.max()) + 1
+        pairs, pair_of = np.unique(topics * width + partitions, return_inverse=True)
+        names = [channel_name(topic_names[t], int(p))
+                 for t, p in zip((pairs // width).tolist(), (pairs % width).tolist())]
+        # channels in the sorted order of their names, as the events below go
+        rank = np.empty(len(names), dtype="int64")
+        rank[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
+        channel = rank[pair_of.reshape(-1)]
         # by key group, channel, then offset; lexsort is stable, so equal offsets keep their
         # batch order
-        order = np.lexsort((offsets, partitions, topics, owner))
-        width = int(partitions.max()) + 1
-        channel_of = ((owner[order] * (int(topics.max()) + 1) + topics[order]) * width
-                      + partitions[order])
+        order = np.lexsort((offsets, channel, owner))
+        in_order = records[order]
+        group_starts = np.searchsorted(owner[order], np.arange(groups + 1))
+        channel_of = owner[order] * len(names) + channel[order]
         starts = np.flatnonzero(np.r_[True, channel_of[1:] != channel_of[:-1]])
         for a, b in zip(starts.tolist(), np.r_[starts[1:], len(order)].tolist()):
             i = order[a]
             ch = channel_name(topic_col[records[i]], int(partitions[i]))
-            by_channel[owner[i]][ch] = records[order[a:b]]
+            by_channel[owner[i]][ch] = in_order[a:b]
     epochs = pdf["checkpoint_id"].to_numpy(dtype="float64", na_value=np.nan)
     offsets_all = pdf["offset"].to_numpy(dtype="float64", na_value=np.nan)
     acks_of = np.searchsorted(acks, bounds)
@@ -130,7 +144,8 @@ def build_group_events(pdf: pd.DataFrame, bounds: np.ndarray) -> List[GroupEvent
                 events.append(ev)
             if start < len(positions):
                 events.extend(_chunks(ch, pdf, positions[start:], epochs))
-        out.append(GroupEvents(events, acks[acks_of[g]:acks_of[g + 1]]))
+        out.append(GroupEvents(events, acks[acks_of[g]:acks_of[g + 1]],
+                               in_order[group_starts[g]:group_starts[g + 1]]))
     return out
 
 

@@ -25,6 +25,7 @@ from barrier_ops.input_events import GroupEvents, RowSlice, build_group_events
 from barrier_ops.keygroups import operator_index
 from barrier_ops.options import RECORDS_ARROW, OperatorOptions
 from barrier_ops.output_rows import OutputRows
+from barrier_ops.range_records import GroupRecords, RangeRecords
 from barrier_ops.runtime import KeyGroupRuntime
 from barrier_ops.snapshot_uploads import SnapshotUploads
 
@@ -119,15 +120,16 @@ def _run_rows(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: L
               pack: Optional[int], time_zone: Optional[str], record_types: Optional[dict],
               uploads: Optional[SnapshotUploads],
               output: Optional[OutputRows] = None,
-              records_batch=None,
+              records: Optional[GroupRecords] = None,
               events: Optional[GroupEvents] = None) -> Tuple[Optional[pd.DataFrame], bytes]:
     """:func:`run_batch` on the key group's rows ``pdf`` (no ``__kg`` column; any index); with
     ``output``, the output rows go there and None is returned in their place;
-    ``records_batch``: ``pdf`` as Arrow; ``events``: the key group's events among ``pdf``'s
+    ``records``: the key group's records of ``pdf`` as Arrow, key by key
+    (:mod:`barrier_ops.range_records`); ``events``: the key group's events among ``pdf``'s
     rows when ``pdf`` holds a whole range (:meth:`KeyGroupRuntime.process_batch`)."""
     runtime = load_runtime(blob) if blob is not None else KeyGroupRuntime.create(opts, key_group)
     out = runtime.process_batch(opts, fn, key_col, user_columns, pdf, batch_time_ms, pack,
-                                time_zone, record_types, uploads, output, records_batch,
+                                time_zone, record_types, uploads, output, records,
                                 events)
     return out, pickle.dumps(runtime, protocol=4)
 
@@ -161,19 +163,22 @@ def run_range(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: L
         values = state["key_groups"]
     pdf, groups, bounds = _by_key_group(_batch_frame(frames, RANGE_COLUMN))
     output = OutputRows(user_columns)   # one frame for the range, not one a key group
-    # records as Arrow: the range's rows converted once, not once a key group
-    records = (to_record_batch(pdf, record_types or {})
-               if opts.records_format == RECORDS_ARROW and len(pdf) else None)
     # every key group's events from one pass over the range's rows, not one a key group
     events = build_group_events(pdf, bounds)
+    # records as Arrow: the range's rows converted once and put key by key once, not once a
+    # key group
+    records = (RangeRecords(pdf, to_record_batch(pdf, record_types or {}), key_col, events)
+               if opts.records_format == RECORDS_ARROW and len(pdf) else None)
     with SnapshotUploads() as uploads:
-        for kg, group_events in zip(groups.tolist(), events):
+        for i, (kg, group_events) in enumerate(zip(groups.tolist(), events)):
             if operator_index(kg, opts.max_parallelism, opts.parallelism) != index:
                 raise ValueError(f"key group {kg} is not in range {index} of "
                                  f"{opts.parallelism} (max_parallelism {opts.max_parallelism})")
             _, values[kg] = _run_rows(opts, fn, key_col, user_columns, kg, values.get(kg),
                                       pdf, batch_time_ms, pack, time_zone, record_types,
-                                      uploads, output, records, group_events)
+                                      uploads, output,
+                                      None if records is None else records.of_group(i),
+                                      group_events)
         uploads.finish(output)
     out = output.frame() if pack is None else output.packed_frame(pack, time_zone)
     return out, pickle.dumps({"layout": layout, "key_groups": values}, protocol=4)

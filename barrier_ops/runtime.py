@@ -30,9 +30,10 @@ import pandas as pd
 
 from barrier_core.ack import AckMetrics, Acknowledgement, offsets_by_topic
 from barrier_ops.arrow_records import ArrowKeyRows
+from barrier_ops.range_records import GroupRecords
 from barrier_ops.function import KeyedProcessFunction, rows_to_tuples
 from barrier_ops.input_events import (GroupEvents, KeyRows, build_group_events, gather,
-                                      group_by_key, key_order)
+                                      group_by_key)
 from barrier_ops.output_rows import OutputRows
 from barrier_ops.options import AT_LEAST_ONCE, RECORDS_ARROW, OperatorOptions
 from barrier_ops.snapshots import (IncrementalSnapshots, decode_full_state, encode_full, fold,
@@ -117,7 +118,7 @@ class KeyGroupRuntime:
                       record_types: Optional[dict] = None,
                       uploads: Optional[SnapshotUploads] = None,
                       output: Optional[OutputRows] = None,
-                      records_batch=None,
+                      records: Optional[GroupRecords] = None,
                       events: Optional[GroupEvents] = None) -> Optional[pd.DataFrame]:
         """Handle the rows one micro-batch delivered to this key group; return the output, one
         row per output row, or packed up to ``pack`` records a row, timestamps converted in
@@ -131,9 +132,9 @@ class KeyGroupRuntime:
         with it, the caller does (:meth:`SnapshotUploads.finish`), so the uploads of several
         key groups overlap. With ``output`` the rows are added to it and None is returned: the
         caller builds one frame for several key groups (``pack`` and ``time_zone`` unused).
-        ``records_batch``: ``pdf`` already converted (:func:`~barrier_ops.arrow_records.to_record_batch`,
-        row ``i`` of one is row ``i`` of the other), for records as Arrow; each key group of a
-        range then takes its records from the range's one conversion. ``events``: this key
+        ``records``: this key group's records among ``pdf``'s rows already converted to
+        Arrow and put key by key for the whole range of key groups at once
+        (:mod:`barrier_ops.range_records`), for records as Arrow. ``events``: this key
         group's events and ack rows among ``pdf``'s rows, when ``pdf`` holds a whole range of
         key groups (:func:`~barrier_ops.input_events.build_group_events`); without it every row
         of ``pdf`` is this key group's."""
@@ -143,7 +144,7 @@ class KeyGroupRuntime:
         self._record_types = record_types or {}
         self._topic = output_topic(opts.operator_id)
         self._user_columns, self._now_ms = user_columns, batch_time_ms
-        self._pdf, self._records_batch = pdf, records_batch
+        self._pdf, self._records = pdf, records
         self._out = OutputRows(user_columns) if output is None else output
         self._backend = None
         try:
@@ -186,7 +187,7 @@ class KeyGroupRuntime:
             raise
         finally:
             del self._opts, self._fn, self._key_col, self._user_columns, self._now_ms
-            del self._record_types, self._topic, self._pdf, self._records_batch
+            del self._record_types, self._topic, self._pdf, self._records
             del self._out, self._backend, self._uploads
 
     # ------------------------------------------------------------------ GroupState value
@@ -220,11 +221,9 @@ class KeyGroupRuntime:
             return
         self._store_changes()
         frame, positions = gather(segment)
-        if self._records_batch is not None and frame is self._pdf:   # this batch's rows
-            grouped, keys, bounds = key_order(frame, positions, self._key_col)
-            key_rows = ArrowKeyRows.taken(self._records_batch, grouped)
-            latest = _LatestTimestamp(frame["timestamp"].array.take(grouped)
-                                      if "timestamp" in frame.columns else None)
+        if self._records is not None and frame is self._pdf:   # this batch's rows
+            key_rows, keys, bounds, stamps = self._records.cut(positions)
+            latest = _LatestTimestamp(stamps)
         else:
             rows, keys, bounds = group_by_key(frame, positions, self._key_col)
             latest = _LatestTimestamp(rows["timestamp"] if "timestamp" in rows.columns else None)

@@ -1,0 +1,85 @@
+"""A range's records key by key, cut once for all its key groups (barrier_ops.range_records):
+every cut equals the one each key group's segment gets on its own (input_events.key_order)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from barrier_core.schema import source_schema
+from barrier_ops.alignment import Records
+from barrier_ops.arrow_records import ArrowKeyRows, arrow_record_types, to_record_batch
+from barrier_ops.input_events import build_group_events, key_order
+from barrier_ops.keygroups import key_group_of
+from barrier_ops.range_records import RangeRecords
+from barrier_ops.testing import make_script, script_frame
+
+GROUPS = 6
+
+
+def range_frame(seed: int, partitions: int = 12, null_keys: bool = True):
+    """A script batch with every row of each key group together, key groups ascending (as
+    ``run_range`` sorts a range's rows), and the key groups' bounds; a few null keys. Twelve
+    partitions: ``t:10`` sorts before ``t:2`` by name, not by number."""
+    script = make_script(seed, partitions=partitions, records=30, checkpoints=2, batches=2,
+                         keys="abcdefghijklmnop")
+    pdf = script_frame(script["batches"][0])
+    if null_keys:
+        records = np.flatnonzero((pdf["kind"] == "record").to_numpy())
+        pdf.loc[records[::7], "key"] = None
+    group = [0 if k is None else key_group_of(k, GROUPS) for k in pdf["key"]]
+    order = np.argsort(group, kind="stable")
+    pdf = pdf.take(order).reset_index(drop=True)
+    groups, starts = np.unique(np.asarray(group)[order], return_index=True)
+    return pdf, np.r_[starts, len(pdf)]
+
+
+def event_positions(group_events) -> np.ndarray:
+    """The positions of a key group's record events, in event order."""
+    parts = [ev.payload.positions for ev in group_events.events if isinstance(ev, Records)]
+    return np.concatenate(parts) if parts else np.empty(0, dtype="int64")
+
+
+def as_lists(cut_rows: ArrowKeyRows, keys, bounds):
+    return [(None if k is None or k != k else k, cut_rows(a, b).to_pylist())
+            for k, a, b in zip(keys, bounds[:-1].tolist(), bounds[1:].tolist())]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_key_groups_records_are_listed_in_the_order_of_its_events(seed):
+    pdf, bounds = range_frame(seed)
+    events = build_group_events(pdf, bounds)
+    assert sum(len(e.records) for e in events) == int((pdf["kind"] == "record").sum())
+    for group_events in events:
+        assert event_positions(group_events).tolist() == group_events.records.tolist()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_every_cut_equals_the_segments_own_cut(seed):
+    """A key group's whole records (sliced from the range's one sort) and any other segment
+    (cut on its own) give the keys, order and records key_order and an Arrow take give."""
+    pdf, bounds = range_frame(seed)
+    events = build_group_events(pdf, bounds)
+    batch = to_record_batch(pdf, arrow_record_types(source_schema()))
+    records = RangeRecords(pdf, batch, "key", events)
+    rng = np.random.default_rng(seed)
+    for i, group_events in enumerate(events):
+        whole = group_events.records
+        part = np.sort(rng.choice(whole, size=len(whole) // 2, replace=False)) if len(whole) else whole
+        for positions in (whole, part, whole[::-1]):
+            cut = records.of_group(i).cut(positions)
+            grouped, keys, key_bounds = key_order(pdf, positions, "key")
+            expected = ArrowKeyRows.taken(batch, grouped)
+            assert as_lists(cut.rows, cut.keys, cut.bounds) == as_lists(expected, keys, key_bounds)
+            assert cut.bounds.tolist() == key_bounds.tolist()
+            assert list(cut.timestamps) == list(pdf["timestamp"].array.take(grouped))
+
+
+def test_a_range_without_records_or_timestamps_cuts_nothing():
+    pdf, bounds = range_frame(0, partitions=2, null_keys=False)
+    pdf = pdf[pdf["kind"] != "record"].reset_index(drop=True)
+    pdf = pdf.drop(columns=["timestamp"])
+    events = build_group_events(pdf, np.array([0, len(pdf)]))
+    records = RangeRecords(pdf, to_record_batch(pdf, {}), "key", events)
+    cut = records.of_group(0).cut(np.empty(0, dtype="int64"))
+    assert len(cut.keys) == 0 and cut.bounds.tolist() == [0] and cut.timestamps is None
