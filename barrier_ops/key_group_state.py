@@ -165,10 +165,10 @@ def run_range(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: L
     output = OutputRows(user_columns)   # one frame for the range, not one a key group
     # every key group's events from one pass over the range's rows, not one a key group
     events = build_group_events(pdf, bounds)
-    # records as Arrow: the range's rows converted once and put key by key once, not once a
-    # key group
-    records = (RangeRecords(pdf, to_record_batch(pdf, record_types or {}), key_col, events)
-               if opts.records_format == RECORDS_ARROW and len(pdf) else None)
+    # the range's records put key by key once, not once a key group; as Arrow converted once
+    batch = (to_record_batch(pdf, record_types or {})
+             if opts.records_format == RECORDS_ARROW and len(pdf) else None)
+    records = RangeRecords(pdf, batch, key_col, events)
     with SnapshotUploads() as uploads:
         for i, (kg, group_events) in enumerate(zip(groups.tolist(), events)):
             if operator_index(kg, opts.max_parallelism, opts.parallelism) != index:
@@ -176,9 +176,7 @@ def run_range(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: L
                                  f"{opts.parallelism} (max_parallelism {opts.max_parallelism})")
             _, values[kg] = _run_rows(opts, fn, key_col, user_columns, kg, values.get(kg),
                                       pdf, batch_time_ms, pack, time_zone, record_types,
-                                      uploads, output,
-                                      None if records is None else records.of_group(i),
-                                      group_events)
+                                      uploads, output, records.of_group(i), group_events)
         uploads.finish(output)
     out = output.frame() if pack is None else output.packed_frame(pack, time_zone)
     return out, pickle.dumps({"layout": layout, "key_groups": values}, protocol=4)

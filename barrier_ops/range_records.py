@@ -1,49 +1,51 @@
-"""A range's records as Arrow, key group by key group and key by key, cut once (executor).
+"""A range's records, key group by key group and key by key, cut once (executor).
 
-Runs inside ``applyInPandasWithState`` on executors, for ``keyed_process(..., parallelism=N,
-records_format="arrow")`` (:func:`~barrier_ops.key_group_state.run_range`), and in unit tests.
+Runs inside ``applyInPandasWithState`` on executors, for ``keyed_process(..., parallelism=N)``
+(:func:`~barrier_ops.key_group_state.run_range`), and in unit tests.
 
 Each key group hands its function one key's records at a time, so the rows of every segment the
-barrier handler releases are put key by key: a factorize of the keys, a stable sort and an Arrow
-``take`` of the rows in that order (:func:`~barrier_ops.input_events.key_order`). That costs
-about 0.9 ms a segment however few rows it holds: about 60 ms a batch for a task running 64 key
-groups (the default ``max_parallelism`` 128 over two shuffle partitions), half of the range's
-own time.
+barrier handler releases are put key by key: a factorize of the keys, a stable sort and a
+``take`` of the rows in that order (:func:`~barrier_ops.input_events.key_order`; an Arrow
+``take`` with records as Arrow, a pandas one otherwise). That costs about 0.5-0.9 ms a segment
+however few rows it holds: 30-60 ms a batch for a task running 64 key groups (the default
+``max_parallelism`` 128 over two shuffle partitions), about half of the range's own time.
 
 Almost always a key group's segment is all of its records of the batch in its events' order
 (:attr:`~barrier_ops.input_events.GroupEvents.records`): barriers at the end of each
 partition's range (the default placement) or no barrier in the batch. For those segments
 :class:`RangeRecords` puts every key group of the range key by key in one factorize, one sort
-and one ``take``, and a key group's rows are then a zero-copy slice. Any other segment (records
-held back by an aligning barrier, a barrier inside a partition's range) is cut on its own as
-before. Both give the same keys, in the same order, with the same records in the same order.
+and one ``take``, and a key group's rows are then a slice. Any other segment (records held back
+by an aligning barrier, a barrier inside a partition's range) is cut on its own as before. Both
+give the same keys, in the same order, with the same records in the same order.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 import pandas as pd
 
 from barrier_ops.arrow_records import ArrowKeyRows
-from barrier_ops.input_events import GroupEvents, key_order
+from barrier_ops.input_events import GroupEvents, KeyRows, RowSlice, key_order
 
 
 class KeyCut(NamedTuple):
     """A segment's rows key by key: key ``keys[i]`` owns rows ``bounds[i]:bounds[i + 1]`` of
-    ``rows`` (:class:`~barrier_ops.arrow_records.ArrowKeyRows`) and of ``timestamps`` (the
+    ``rows`` (:class:`~barrier_ops.arrow_records.ArrowKeyRows` or
+    :class:`~barrier_ops.input_events.KeyRows`) and of ``timestamps`` (the
     rows' ``timestamp`` values in that order, or None without the column)."""
 
-    rows: ArrowKeyRows
+    rows: Union[ArrowKeyRows, KeyRows]
     keys: np.ndarray
     bounds: np.ndarray
     timestamps: Optional[Any]
 
 
 class RangeRecords:
-    """The record rows of a range's frame ``pdf`` (``batch``: ``pdf`` as Arrow, row for row),
-    cut into each key group's keys (``events``: the key groups' events, in order)."""
+    """The record rows of a range's frame ``pdf``, cut into each key group's keys (``events``:
+    the key groups' events, in order), as Arrow (``batch``: ``pdf`` as Arrow, row for row) or,
+    with ``batch`` None, as pandas frames (:class:`~barrier_ops.input_events.KeyRows`)."""
 
     def __init__(self, pdf: pd.DataFrame, batch, key_col: str,
                  events: Sequence[GroupEvents]) -> None:
@@ -68,14 +70,23 @@ class RangeRecords:
         grouped, keys, bounds = key_order(self._pdf, positions, self._key_col)
         stamps = (self._pdf["timestamp"].array.take(grouped)
                   if "timestamp" in self._pdf.columns else None)
+        if self._batch is None:
+            return KeyCut(KeyRows(RowSlice(self._pdf, grouped).rows(), len(keys)), keys, bounds,
+                          stamps)
         return KeyCut(ArrowKeyRows.taken(self._batch, grouped), keys, bounds, stamps)
 
     def _slice(self, a: int, b: int) -> KeyCut:
         if self._sorted is None:
             self._sorted = self._sort()
-        batch, keys, key_bounds, stamps = self._sorted
+        table, keys, key_bounds, stamps = self._sorted
         k0, k1 = np.searchsorted(key_bounds, [a, b]).tolist()
-        return KeyCut(ArrowKeyRows.sliced(batch, a, b), keys[k0:k1], key_bounds[k0:k1 + 1] - a,
+        if self._batch is None:
+            rows = table.iloc[a:b]
+            rows.index = pd.RangeIndex(b - a)   # as a copy of the segment's rows has it
+            key_rows = KeyRows(rows, k1 - k0)
+        else:
+            key_rows = ArrowKeyRows.sliced(table, a, b)
+        return KeyCut(key_rows, keys[k0:k1], key_bounds[k0:k1 + 1] - a,
                       None if stamps is None else stamps[a:b])
 
     def _sort(self) -> tuple:
@@ -83,8 +94,6 @@ class RangeRecords:
         pair ``(g, key)``, numbered in order of first appearance; the records sorted stably by
         that number stay in their key group's block (the groups are in order) and are within
         it what :func:`key_order` gives for the block alone."""
-        import pyarrow as pa
-
         records, pdf = self._records, self._pdf
         values = pdf[self._key_col].to_numpy()[records]
         codes, _ = pd.factorize(values, use_na_sentinel=False)
@@ -95,7 +104,13 @@ class RangeRecords:
         keys = values[order[key_bounds[:-1]]]   # each key's first record in its key group
         grouped = records[order]
         stamps = pdf["timestamp"].array.take(grouped) if "timestamp" in pdf.columns else None
-        return self._batch.take(pa.array(grouped)), keys, key_bounds, stamps
+        if self._batch is None:
+            table = RowSlice(pdf, grouped).rows()
+        else:
+            import pyarrow as pa
+
+            table = self._batch.take(pa.array(grouped))
+        return table, keys, key_bounds, stamps
 
 
 class GroupRecords:

@@ -132,9 +132,9 @@ class KeyGroupRuntime:
         with it, the caller does (:meth:`SnapshotUploads.finish`), so the uploads of several
         key groups overlap. With ``output`` the rows are added to it and None is returned: the
         caller builds one frame for several key groups (``pack`` and ``time_zone`` unused).
-        ``records``: this key group's records among ``pdf``'s rows already converted to
-        Arrow and put key by key for the whole range of key groups at once
-        (:mod:`barrier_ops.range_records`), for records as Arrow. ``events``: this key
+        ``records``: this key group's records among ``pdf``'s rows, put key by key for the
+        whole range of key groups at once (:mod:`barrier_ops.range_records`; as Arrow converted
+        once with records as Arrow). ``events``: this key
         group's events and ack rows among ``pdf``'s rows, when ``pdf`` holds a whole range of
         key groups (:func:`~barrier_ops.input_events.build_group_events`); without it every row
         of ``pdf`` is this key group's."""

@@ -4,12 +4,13 @@ every cut equals the one each key group's segment gets on its own (input_events.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from barrier_core.schema import source_schema
 from barrier_ops.alignment import Records
 from barrier_ops.arrow_records import ArrowKeyRows, arrow_record_types, to_record_batch
-from barrier_ops.input_events import build_group_events, key_order
+from barrier_ops.input_events import build_group_events, group_by_key, key_order
 from barrier_ops.keygroups import key_group_of
 from barrier_ops.range_records import RangeRecords
 from barrier_ops.testing import make_script, script_frame
@@ -41,6 +42,7 @@ def event_positions(group_events) -> np.ndarray:
 
 
 def as_lists(cut_rows: ArrowKeyRows, keys, bounds):
+    """Each key with its records as Arrow rows (null keys as None, whether None or NaN)."""
     return [(None if k is None or k != k else k, cut_rows(a, b).to_pylist())
             for k, a, b in zip(keys, bounds[:-1].tolist(), bounds[1:].tolist())]
 
@@ -54,14 +56,16 @@ def test_a_key_groups_records_are_listed_in_the_order_of_its_events(seed):
         assert event_positions(group_events).tolist() == group_events.records.tolist()
 
 
+@pytest.mark.parametrize("records_format", ["arrow", "pandas"])
 @pytest.mark.parametrize("seed", range(5))
-def test_every_cut_equals_the_segments_own_cut(seed):
+def test_every_cut_equals_the_segments_own_cut(seed, records_format):
     """A key group's whole records (sliced from the range's one sort) and any other segment
-    (cut on its own) give the keys, order and records key_order and an Arrow take give."""
+    (cut on its own) give the keys, order and records that key_order and a take of its rows
+    give: the same Arrow rows, or the same pandas frames (index included)."""
     pdf, bounds = range_frame(seed)
     events = build_group_events(pdf, bounds)
     batch = to_record_batch(pdf, arrow_record_types(source_schema()))
-    records = RangeRecords(pdf, batch, "key", events)
+    records = RangeRecords(pdf, batch if records_format == "arrow" else None, "key", events)
     rng = np.random.default_rng(seed)
     for i, group_events in enumerate(events):
         whole = group_events.records
@@ -69,8 +73,16 @@ def test_every_cut_equals_the_segments_own_cut(seed):
         for positions in (whole, part, whole[::-1]):
             cut = records.of_group(i).cut(positions)
             grouped, keys, key_bounds = key_order(pdf, positions, "key")
-            expected = ArrowKeyRows.taken(batch, grouped)
-            assert as_lists(cut.rows, cut.keys, cut.bounds) == as_lists(expected, keys, key_bounds)
+            if records_format == "arrow":
+                expected = ArrowKeyRows.taken(batch, grouped)
+                assert (as_lists(cut.rows, cut.keys, cut.bounds)
+                        == as_lists(expected, keys, key_bounds))
+            else:
+                rows = group_by_key(pdf, positions, "key")[0]
+                for a, b in zip(key_bounds[:-1].tolist(), key_bounds[1:].tolist()):
+                    pd.testing.assert_frame_equal(cut.rows(a, b), rows.iloc[a:b])
+            assert [None if k is None or k != k else k for k in cut.keys] == [
+                None if k is None or k != k else k for k in keys]
             assert cut.bounds.tolist() == key_bounds.tolist()
             assert list(cut.timestamps) == list(pdf["timestamp"].array.take(grouped))
 
@@ -80,6 +92,7 @@ def test_a_range_without_records_or_timestamps_cuts_nothing():
     pdf = pdf[pdf["kind"] != "record"].reset_index(drop=True)
     pdf = pdf.drop(columns=["timestamp"])
     events = build_group_events(pdf, np.array([0, len(pdf)]))
-    records = RangeRecords(pdf, to_record_batch(pdf, {}), "key", events)
-    cut = records.of_group(0).cut(np.empty(0, dtype="int64"))
-    assert len(cut.keys) == 0 and cut.bounds.tolist() == [0] and cut.timestamps is None
+    for batch in (to_record_batch(pdf, {}), None):
+        records = RangeRecords(pdf, batch, "key", events)
+        cut = records.of_group(0).cut(np.empty(0, dtype="int64"))
+        assert len(cut.keys) == 0 and cut.bounds.tolist() == [0] and cut.timestamps is None
