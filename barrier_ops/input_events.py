@@ -194,6 +194,8 @@ def _chunks(channel: str, pdf: pd.DataFrame, positions: np.ndarray,
             epochs: np.ndarray) -> List[Records]:
     """Split one channel's ordered ``positions`` into runs of equal epoch (``checkpoint_id``)."""
     run = epochs[positions]
+    if len(run) and not np.isnan(run[0]) and (run == run[0]).all():   # one epoch: one run
+        return [Records(channel, RowSlice(pdf, positions), int(run[0]))]
     same = (run[1:] == run[:-1]) | (np.isnan(run[1:]) & np.isnan(run[:-1]))
     cuts = np.r_[0, np.flatnonzero(~same) + 1, len(run)]
     out = []
