@@ -1,6 +1,8 @@
 """The keyed operator's cost per key group and micro-batch, in-process (no Spark, not a test).
 
     python benchmarks/bench_key_group.py [--batches 60] [--sizes 78x8,625x62,3125x62]
+    python benchmarks/bench_key_group.py --sizes "" --ranges 156x8x64,625x62x8 \
+        --ranges-format arrow,pandas --backend memory
 
 ``applyInPandasWithState`` calls the operator once per key group and batch
 (:func:`barrier_ops.key_group_state.run_batch`). This replays that call with a frame shaped like
@@ -87,10 +89,12 @@ def measure(records: int, keys: int, per_key: bool, batches: int, warmup: int,
                   records_format=records_format)
 
 
-def _timed(run, group: int, per_key: bool, frames, warmup: int, **options):
+def _timed(run, group: int, per_key: bool, frames, warmup: int, backend: str = "file",
+           **options):
     """Median and best ms of ``run`` (``run_batch`` or ``run_range``) on each frame in turn for
     group ``group``, counting per key or per record, its state value carried from call to call
-    as ``GroupState`` carries it and snapshots written to a temporary folder; and the last
+    as ``GroupState`` carries it and snapshots written to a temporary folder (``backend``
+    "file") or kept inline (``"memory"``: no file I/O, the operator's CPU alone); and the last
     call's output rows. ``options``: the operator's (:class:`OperatorOptions`)."""
     from barrier_core.schema import source_schema
     from barrier_ops.arrow_records import arrow_record_types
@@ -104,7 +108,8 @@ def _timed(run, group: int, per_key: bool, frames, warmup: int, **options):
              if options.get("records_format") == RECORDS_ARROW else None)
     blob, times, rows = None, [], 0
     with tempfile.TemporaryDirectory(prefix="bench-kg-") as snapshots:
-        opts = OperatorOptions("count", "file://" + snapshots, **options)
+        uri = "file://" + snapshots if backend == "file" else "memory://bench-key-group"
+        opts = OperatorOptions("count", uri, **options)
         for frame in frames:
             started = time.perf_counter()
             out, blob = run(opts, fn, "key", ["key", "value"], group, blob, [frame], 0, 32,
@@ -133,14 +138,14 @@ def range_frame(batch: int, records: int, keys: int, key_groups: int) -> pd.Data
 
 
 def measure_range(records: int, keys: int, key_groups: int, per_key: bool, batches: int,
-                  warmup: int):
-    """Median and best ms of ``run_range`` for one range of ``key_groups`` key groups (records
-    as Arrow, output packed), each key group ``records`` records of ``keys`` keys a batch."""
+                  warmup: int, records_format: str = "arrow", backend: str = "file"):
+    """Median and best ms of ``run_range`` for one range of ``key_groups`` key groups (output
+    packed), each key group ``records`` records of ``keys`` keys a batch."""
     from barrier_ops.key_group_state import run_range
 
     frames = [range_frame(b, records, keys, key_groups) for b in range(batches)]
-    return _timed(run_range, 0, per_key, frames, warmup, max_parallelism=2 * key_groups,
-                  records_format="arrow", parallelism=2)
+    return _timed(run_range, 0, per_key, frames, warmup, backend,
+                  max_parallelism=2 * key_groups, records_format=records_format, parallelism=2)
 
 
 def main() -> int:
@@ -154,23 +159,35 @@ def main() -> int:
                         help="comma-separated RECORDSxKEYSxGROUPS: also time run_range over "
                              "GROUPS key groups of RECORDSxKEYS each (parallelism 2), e.g. "
                              "625x62x8 for a 10,000-record batch of 997 keys")
+    parser.add_argument("--ranges-format", default="arrow",
+                        help="comma-separated records formats of the ranges: arrow, pandas")
+    parser.add_argument("--backend", choices=("file", "memory"), default="file",
+                        help="file: snapshots written and synced to a temporary folder; "
+                             "memory: kept inline (no file I/O)")
     args = parser.parse_args()
     if args.batches <= args.warmup:
         parser.error("--batches must be larger than --warmup")
     if args.ranges:
-        print(f"one range of key groups in-process (run_range, records as Arrow, output "
-              f"packed), {args.batches - args.warmup} calls after {args.warmup}; load average "
+        formats = args.ranges_format.split(",")
+        unknown = set(formats) - {"arrow", "pandas"}
+        if unknown:
+            parser.error(f"--ranges-format: unknown {sorted(unknown)}; choose arrow, pandas")
+        print(f"one range of key groups in-process (run_range, output packed, snapshots "
+              f"{'in files' if args.backend == 'file' else 'inline'}), "
+              f"{args.batches - args.warmup} calls after {args.warmup}; load average "
               f"{os.getloadavg()[0]:.1f}")
-        print(f"{'records':>8} {'keys':>6} {'groups':>7} {'output':<11} {'median ms':>10} "
-              f"{'best ms':>8} {'out rows':>9}")
+        print(f"{'records':>8} {'keys':>6} {'groups':>7} {'output':<11} {'records as':<10} "
+              f"{'median ms':>10} {'best ms':>8} {'out rows':>9}")
         for size in args.ranges.split(","):
             records, keys, groups = (int(x) for x in size.split("x"))
             for per_key in (True, False):
-                med, best, rows = measure_range(records, keys, groups, per_key, args.batches,
-                                                args.warmup)
-                print(f"{records:>8} {keys:>6} {groups:>7} "
-                      f"{'per key' if per_key else 'per record':<11} {med:>10.2f} {best:>8.2f} "
-                      f"{rows:>9}")
+                for fmt in formats:
+                    med, best, rows = measure_range(records, keys, groups, per_key,
+                                                    args.batches, args.warmup, fmt,
+                                                    args.backend)
+                    print(f"{records:>8} {keys:>6} {groups:>7} "
+                          f"{'per key' if per_key else 'per record':<11} {fmt:<10} "
+                          f"{med:>10.2f} {best:>8.2f} {rows:>9}")
         if not args.sizes:
             return 0
     print(f"one key group's micro-batch in-process (run_batch), {args.batches - args.warmup} "
