@@ -124,7 +124,7 @@ def _run_rows(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: L
               events: Optional[GroupEvents] = None) -> Tuple[Optional[pd.DataFrame], bytes]:
     """:func:`run_batch` on the key group's rows ``pdf`` (no ``__kg`` column; any index); with
     ``output``, the output rows go there and None is returned in their place;
-    ``records``: the key group's records of ``pdf`` as Arrow, key by key
+    ``records``: the key group's records of ``pdf``, key by key
     (:mod:`barrier_ops.range_records`); ``events``: the key group's events among ``pdf``'s
     rows when ``pdf`` holds a whole range (:meth:`KeyGroupRuntime.process_batch`)."""
     runtime = load_runtime(blob) if blob is not None else KeyGroupRuntime.create(opts, key_group)

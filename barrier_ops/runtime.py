@@ -30,12 +30,12 @@ import pandas as pd
 
 from barrier_core.ack import AckMetrics, Acknowledgement, offsets_by_topic
 from barrier_ops.arrow_records import ArrowKeyRows
-from barrier_ops.range_records import GroupRecords
 from barrier_ops.function import KeyedProcessFunction, rows_to_tuples
 from barrier_ops.input_events import (GroupEvents, KeyRows, build_group_events, gather,
                                       group_by_key)
 from barrier_ops.output_rows import OutputRows
 from barrier_ops.options import AT_LEAST_ONCE, RECORDS_ARROW, OperatorOptions
+from barrier_ops.range_records import GroupRecords
 from barrier_ops.snapshots import (IncrementalSnapshots, decode_full_state, encode_full, fold,
                                    snapshot_parts)
 from barrier_ops.snapshot_uploads import SnapshotUploads
@@ -133,11 +133,11 @@ class KeyGroupRuntime:
         key groups overlap. With ``output`` the rows are added to it and None is returned: the
         caller builds one frame for several key groups (``pack`` and ``time_zone`` unused).
         ``records``: this key group's records among ``pdf``'s rows, put key by key for the
-        whole range of key groups at once (:mod:`barrier_ops.range_records`; as Arrow converted
-        once with records as Arrow). ``events``: this key
-        group's events and ack rows among ``pdf``'s rows, when ``pdf`` holds a whole range of
-        key groups (:func:`~barrier_ops.input_events.build_group_events`); without it every row
-        of ``pdf`` is this key group's."""
+        whole range of key groups at once (:mod:`barrier_ops.range_records`; converted to
+        Arrow once with records as Arrow). ``events``: this key group's events and ack rows
+        among ``pdf``'s rows, when ``pdf`` holds a whole range of key groups
+        (:func:`~barrier_ops.input_events.build_group_events`); without it every row of
+        ``pdf`` is this key group's."""
         own_uploads = uploads is None
         self._uploads = SnapshotUploads() if own_uploads else uploads
         self._opts, self._fn, self._key_col = opts, fn, key_col
