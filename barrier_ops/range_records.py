@@ -27,7 +27,8 @@ import numpy as np
 import pandas as pd
 
 from barrier_ops.arrow_records import ArrowKeyRows
-from barrier_ops.input_events import GroupEvents, KeyRows, RowSlice, key_order
+from barrier_ops.input_events import (GroupEvents, KeyRows, RowSlice, group_by_key,
+                                      key_order)
 
 
 class KeyCut(NamedTuple):
@@ -67,13 +68,12 @@ class RangeRecords:
         a, b = int(self._starts[index]), int(self._starts[index + 1])
         if len(positions) == b - a and np.array_equal(positions, self._records[a:b]):
             return self._slice(a, b)
-        grouped, keys, bounds = key_order(self._pdf, positions, self._key_col)
-        stamps = (self._pdf["timestamp"].array.take(grouped)
-                  if "timestamp" in self._pdf.columns else None)
         if self._batch is None:
-            return KeyCut(KeyRows(RowSlice(self._pdf, grouped).rows(), len(keys)), keys, bounds,
-                          stamps)
-        return KeyCut(ArrowKeyRows.taken(self._batch, grouped), keys, bounds, stamps)
+            rows, keys, bounds = group_by_key(self._pdf, positions, self._key_col)
+            return KeyCut(KeyRows(rows, len(keys)), keys, bounds, _timestamps(rows, None))
+        grouped, keys, bounds = key_order(self._pdf, positions, self._key_col)
+        return KeyCut(ArrowKeyRows.taken(self._batch, grouped), keys, bounds,
+                      _timestamps(self._pdf, grouped))
 
     def _slice(self, a: int, b: int) -> KeyCut:
         if self._sorted is None:
@@ -103,7 +103,7 @@ class RangeRecords:
         key_bounds = np.r_[0, np.cumsum(np.bincount(pairs), dtype="int64")]
         keys = values[order[key_bounds[:-1]]]   # each key's first record in its key group
         grouped = records[order]
-        stamps = pdf["timestamp"].array.take(grouped) if "timestamp" in pdf.columns else None
+        stamps = _timestamps(pdf, grouped)
         if self._batch is None:
             table = RowSlice(pdf, grouped).rows()
         else:
@@ -111,6 +111,15 @@ class RangeRecords:
 
             table = self._batch.take(pa.array(grouped))
         return table, keys, key_bounds, stamps
+
+
+def _timestamps(frame: pd.DataFrame, positions: Optional[np.ndarray]):
+    """The ``timestamp`` values of rows ``positions`` of ``frame`` (all rows: None) in that
+    order, or None when it has no such column."""
+    if "timestamp" not in frame.columns:
+        return None
+    values = frame["timestamp"].array
+    return values if positions is None else values.take(positions)
 
 
 class GroupRecords:
