@@ -1,6 +1,7 @@
 """The source's records packed per key group of the keyed operator they feed (source option
 ``packedKeyGroups``). The schema is chosen on the driver (:func:`packed_schema`), executors
-reading Kafka pack (:func:`pack`), the operator's tasks unpack (:func:`unpack_frame`).
+reading Kafka pack (:func:`pack`), the operator's tasks unpack (:func:`unpack_frames`,
+:func:`unpack_frame`).
 
 Why: between the source and ``keyed_process`` every record costs Spark a row through the
 Python-to-JVM conversion of the reader, the shuffle, and the JVM-to-Python conversion of
@@ -190,6 +191,25 @@ def _unpacked_headers(headers: list, counts: list, total: int) -> np.ndarray:
                 at += int(n)
             i += 1
     return out
+
+
+def unpack_frames(pdfs, time_zone: Optional[str], order_by: str) -> list:
+    """The packed frames of one operator call (``pdfs``, as PySpark hands them) as one frame of
+    records (a list of it; empty for no rows), its packed rows first put in the order of
+    column ``order_by`` (stable; executor). Sorting a few hundred packed rows by key group
+    gives the records of a range of key groups already grouped, which the operator would
+    otherwise sort, and copy, record by record
+    (:func:`~barrier_ops.key_group_state.run_range`); each key group's rows keep their order."""
+    import pandas as pd
+
+    frames = [pdf for pdf in pdfs if len(pdf)]
+    if not frames:
+        return []
+    packed = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    values = packed[order_by].to_numpy()
+    if len(values) > 1 and not (values[1:] >= values[:-1]).all():
+        packed = packed.take(values.argsort(kind="stable")).reset_index(drop=True)
+    return [unpack_frame(packed, time_zone)]
 
 
 def unpack_frame(pdf, time_zone: Optional[str]):

@@ -19,7 +19,7 @@ frame. A type with no entry there (decimal, array, map, struct) is inferred from
 
 from __future__ import annotations
 
-from typing import Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional
 
 import pandas as pd
 
@@ -52,11 +52,17 @@ def arrow_record_types(schema, exclude=()) -> Dict[str, Optional[object]]:
     return types
 
 
-def to_record_batch(rows: pd.DataFrame, types: Mapping[str, Optional[object]]):
+def to_record_batch(rows: pd.DataFrame, types: Mapping[str, Optional[object]],
+                    same: Optional[Mapping[str, Any]] = None):
     """``rows`` as one ``pyarrow.RecordBatch``, each column of its type in ``types`` (executor).
     A column whose values do not convert to that type (a column ``types`` does not name, or an
     upstream step that changed what a column holds) gets the type Arrow infers; one whose values
-    no Arrow type holds raises ``ValueError`` naming the column and the ways out."""
+    no Arrow type holds raises ``ValueError`` naming the column and the ways out.
+
+    ``same``: columns whose value the caller knows on every row it will read, and that value
+    (the ``kind`` of a range's rows, whose records are all ``record``): the column is that
+    value repeated, of its type in ``types``, instead of a conversion of each row's value
+    (about 3 ms for 50,000 strings). The caller reads no other rows of such a column."""
     import pyarrow as pa
 
     failures = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError,
@@ -65,6 +71,9 @@ def to_record_batch(rows: pd.DataFrame, types: Mapping[str, Optional[object]]):
     for name in rows.columns:
         series = rows[name]
         wanted = types.get(name)
+        if same and name in same and wanted is not None:
+            arrays.append(pa.repeat(pa.scalar(same[name], type=wanted), len(rows)))
+            continue
         if wanted is not None:
             try:
                 arrays.append(pa.Array.from_pandas(series, type=wanted))

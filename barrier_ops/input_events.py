@@ -13,6 +13,7 @@ copies them once, each key's rows together, keys in first-appearance order (like
 from __future__ import annotations
 
 import json
+from bisect import bisect_left, bisect_right
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -88,16 +89,26 @@ def build_group_events(pdf: pd.DataFrame, bounds: np.ndarray) -> List[GroupEvent
     (executor): the events of group ``i`` equal ``build_events(pdf.iloc[bounds[i]:bounds[i+1]])``
     but cut ``pdf``'s rows, not a slice's. A range of key groups (``parallelism``) reads its
     columns and sorts once instead of once a key group, which cost about 1.5 ms a key group and
-    batch (a dozen pandas calls)."""
+    batch (a dozen pandas calls).
+
+    The work that grows with the rows is a handful of array operations over the whole frame:
+    one comparison of the ``kind`` column (the control rows, a few a key group, are told apart
+    among themselves), one stable sort of the records by key group, channel and offset (one
+    ``int64`` key where it fits, nearly free on rows that arrive in that order), and the epoch
+    changes found once for all channels (:class:`_EpochRuns`)."""
     groups = len(bounds) - 1
     group_of = np.repeat(np.arange(groups), np.diff(bounds))
     kind = pdf["kind"].to_numpy()
-    markers = _markers(pdf, np.flatnonzero((kind == KIND_BARRIER) | (kind == KIND_CANCEL)),
-                       group_of)
-    acks = np.flatnonzero(kind == KIND_ACK)
-    records = np.flatnonzero(kind == KIND_RECORD)
-    by_channel: List[Dict[str, np.ndarray]] = [{} for _ in range(groups)]
+    is_record = kind == KIND_RECORD
+    records = np.flatnonzero(is_record)
+    control = np.flatnonzero(~is_record) if len(records) < len(kind) else records[:0]
+    control_kind = kind[control]
+    markers = _markers(pdf, control[(control_kind == KIND_BARRIER)
+                                    | (control_kind == KIND_CANCEL)], group_of)
+    acks = control[control_kind == KIND_ACK]
+    by_channel: List[Dict[str, Tuple[int, int]]] = [{} for _ in range(groups)]
     in_order = np.empty(0, dtype="int64")       # each group's records in its events' order
+    sorted_offsets = in_order
     group_starts = np.zeros(groups + 1, dtype="int64")
     if len(records):
         topic_col = pdf["topic"].to_numpy()
@@ -114,39 +125,80 @@ def build_group_events(pdf: pd.DataFrame, bounds: np.ndarray) -> List[GroupEvent
         rank = np.empty(len(names), dtype="int64")
         rank[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
         channel = rank[pair_of.reshape(-1)]
-        # by key group, channel, then offset; lexsort is stable, so equal offsets keep their
-        # batch order
-        order = np.lexsort((offsets, channel, owner))
+        # by key group, channel, then offset; stable, so equal offsets keep their batch order
+        order = _sort_records(owner, channel, offsets, len(names))
         in_order = records[order]
-        group_starts = np.searchsorted(owner[order], np.arange(groups + 1))
-        channel_of = owner[order] * len(names) + channel[order]
+        sorted_offsets = offsets[order]   # int64: exact, where floats lose offsets past 2**53
+        owner_sorted = owner[order]
+        group_starts = np.searchsorted(owner_sorted, np.arange(groups + 1))
+        channel_of = owner_sorted * len(names) + channel[order]
         starts = np.flatnonzero(np.r_[True, channel_of[1:] != channel_of[:-1]])
-        for a, b in zip(starts.tolist(), np.r_[starts[1:], len(order)].tolist()):
-            i = order[a]
-            ch = channel_name(topic_col[records[i]], int(partitions[i]))
-            by_channel[owner[i]][ch] = in_order[a:b]
+        ends = np.r_[starts[1:], len(order)]
+        by_rank = sorted(names)
+        for a, b, g, c in zip(starts.tolist(), ends.tolist(), owner_sorted[starts].tolist(),
+                              channel[order[starts]].tolist()):
+            by_channel[g][by_rank[c]] = (a, b)   # the channel's records: in_order[a:b]
     epochs = pdf["checkpoint_id"].to_numpy(dtype="float64", na_value=np.nan)
-    offsets_all = pdf["offset"].to_numpy(dtype="float64", na_value=np.nan)
+    runs = _EpochRuns(epochs[in_order])
     acks_of = np.searchsorted(acks, bounds)
     out: List[GroupEvents] = []
     for g in range(groups):
         channels, group_markers = by_channel[g], markers.get(g, {})
         events: List[Any] = []
         for ch in sorted(set(channels) | set(group_markers)):
-            positions = channels.get(ch, np.empty(0, dtype="int64"))
-            offsets = offsets_all[positions]
-            start = 0
-            for off, _, ev in sorted(group_markers.get(ch, []), key=lambda m: (m[0], m[1])):
-                end = len(offsets) if off == np.inf else int(np.searchsorted(offsets, off, "left"))
-                if end > start:
-                    events.extend(_chunks(ch, pdf, positions[start:end], epochs))
-                    start = end
-                events.append(ev)
-            if start < len(positions):
-                events.extend(_chunks(ch, pdf, positions[start:], epochs))
+            lo, hi = channels.get(ch, (0, 0))
+            start = lo
+            if ch in group_markers:
+                offsets = sorted_offsets[lo:hi]
+                for off, _, ev in sorted(group_markers[ch], key=lambda m: (m[0], m[1])):
+                    end = hi if off == np.inf else lo + int(np.searchsorted(offsets, off, "left"))
+                    if end > start:
+                        runs.chunks(ch, pdf, in_order, start, end, events)
+                        start = end
+                    events.append(ev)
+            if start < hi:
+                runs.chunks(ch, pdf, in_order, start, hi, events)
         out.append(GroupEvents(events, acks[acks_of[g]:acks_of[g + 1]],
                                in_order[group_starts[g]:group_starts[g + 1]]))
     return out
+
+
+def _sort_records(owner: np.ndarray, channel: np.ndarray, offsets: np.ndarray,
+                  channels: int) -> np.ndarray:
+    """The stable order of records by key group, channel rank, then offset: one stable sort of
+    a single ``int64`` key when the three fit in one (``lexsort``'s three passes otherwise).
+    Rows that already come in that order (a packed source's, one key group after another)
+    cost a single pass."""
+    lowest, highest = int(offsets.min()), int(offsets.max())
+    span = highest - lowest + 1
+    if (int(owner.max()) + 1) * channels * span < 2 ** 62:
+        key = (owner * channels + channel) * span + (offsets - lowest)
+        return np.argsort(key, kind="stable")
+    return np.lexsort((offsets, channel, owner))
+
+
+class _EpochRuns:
+    """Where the epoch (``checkpoint_id``) changes along a range's records in their events'
+    order (``epochs``: theirs, in that order), found once for all key groups and channels; a
+    chunk of positions ``lo:hi`` of that order is cut at those changes (:meth:`chunks`)."""
+
+    __slots__ = ("_epochs", "_changes")
+
+    def __init__(self, epochs: np.ndarray) -> None:
+        self._epochs = epochs
+        nan = np.isnan(epochs)
+        same = (epochs[1:] == epochs[:-1]) | (nan[1:] & nan[:-1])
+        self._changes = (np.flatnonzero(~same) + 1).tolist()
+
+    def chunks(self, channel: str, pdf: pd.DataFrame, in_order: np.ndarray, lo: int, hi: int,
+               out: List[Any]) -> None:
+        """Append to ``out`` the :class:`Records` of rows ``in_order[lo:hi]`` (one channel's,
+        ``hi > lo``), one a run of equal epoch."""
+        cuts = self._changes[bisect_right(self._changes, lo):bisect_left(self._changes, hi)]
+        for a, b in zip([lo] + cuts, cuts + [hi]):
+            e = self._epochs[a]
+            out.append(Records(channel, RowSlice(pdf, in_order[a:b]),
+                               None if e != e else int(e)))
 
 
 def _markers(pdf: pd.DataFrame, rows: np.ndarray,
@@ -155,7 +207,8 @@ def _markers(pdf: pd.DataFrame, rows: np.ndarray,
     CancellationBarrier)]`` of the marker rows at positions ``rows`` of ``pdf`` (row ``r`` in
     group ``group_of[r]``), read from the columns' arrays: a key group gets a marker per channel
     and checkpoint, and a frame of them (``iloc`` then ``to_dict``) cost more than the rest of a
-    small key group's batch."""
+    small key group's batch. A marker fanned out to every key group has the same values in each
+    of its rows: it is made once and shared (markers are immutable)."""
     markers: Dict[int, Dict[str, list]] = {}
     if not len(rows):
         return markers
@@ -163,23 +216,36 @@ def _markers(pdf: pd.DataFrame, rows: np.ndarray,
                ("topic", "partition", "checkpoint_id", "offset", "kind", "barrier_channels",
                 "checkpoint_timestamp") if name in pdf.columns}
     absent = [None] * len(rows)
-    for g, topic, part, cid, off, kind, chans, ts in zip(
-            group_of[rows].tolist(), columns["topic"], columns["partition"],
-            columns["checkpoint_id"], columns["offset"], columns["kind"],
-            columns.get("barrier_channels", absent),
-            columns.get("checkpoint_timestamp", absent)):
-        ch = channel_name(topic, int(part))
-        cid = int(cid)
-        off = None if off is None or pd.isna(off) else int(off)
-        if kind == KIND_CANCEL:
-            ev = CancellationBarrier(cid, ch)
-        else:
-            chans = channels_of(chans)
-            ev = Barrier(cid, ch, off, None if ts is None or pd.isna(ts) else int(ts),
-                         tuple(chans) if chans is not None else ())
-        markers.setdefault(g, {}).setdefault(ch, []).append(
-            (np.inf if off is None else off, cid, ev))
+    made: Dict[tuple, tuple] = {}
+    for g, *values in zip(group_of[rows].tolist(), columns["topic"], columns["partition"],
+                          columns["checkpoint_id"], columns["offset"], columns["kind"],
+                          columns.get("barrier_channels", absent),
+                          columns.get("checkpoint_timestamp", absent)):
+        row = tuple(values)
+        try:
+            marker = made.get(row)
+        except TypeError:   # channels as a list (a frame built without with_key_groups)
+            marker, row = None, None
+        if marker is None:
+            marker = _marker(*values)
+            if row is not None:
+                made[row] = marker
+        markers.setdefault(g, {}).setdefault(marker[2].channel, []).append(marker)
     return markers
+
+
+def _marker(topic, part, cid, off, kind, chans, ts) -> tuple:
+    """``(offset or inf, checkpoint id, Barrier | CancellationBarrier)`` of one marker row."""
+    ch = channel_name(topic, int(part))
+    cid = int(cid)
+    off = None if off is None or pd.isna(off) else int(off)
+    if kind == KIND_CANCEL:
+        ev = CancellationBarrier(cid, ch)
+    else:
+        chans = channels_of(chans)
+        ev = Barrier(cid, ch, off, None if ts is None or pd.isna(ts) else int(ts),
+                     tuple(chans) if chans is not None else ())
+    return (np.inf if off is None else off, cid, ev)
 
 
 def channels_of(value) -> Optional[Sequence[str]]:
@@ -188,21 +254,6 @@ def channels_of(value) -> Optional[Sequence[str]]:
     if isinstance(value, str):
         return json.loads(value)
     return value
-
-
-def _chunks(channel: str, pdf: pd.DataFrame, positions: np.ndarray,
-            epochs: np.ndarray) -> List[Records]:
-    """Split one channel's ordered ``positions`` into runs of equal epoch (``checkpoint_id``)."""
-    run = epochs[positions]
-    if len(run) and not np.isnan(run[0]) and (run == run[0]).all():   # one epoch: one run
-        return [Records(channel, RowSlice(pdf, positions), int(run[0]))]
-    same = (run[1:] == run[:-1]) | (np.isnan(run[1:]) & np.isnan(run[:-1]))
-    cuts = np.r_[0, np.flatnonzero(~same) + 1, len(run)]
-    out = []
-    for a, b in zip(cuts[:-1], cuts[1:]):
-        e = run[a]
-        out.append(Records(channel, RowSlice(pdf, positions[a:b]), None if np.isnan(e) else int(e)))
-    return out
 
 
 def gather(payloads: Sequence[Any]) -> Tuple[pd.DataFrame, np.ndarray]:

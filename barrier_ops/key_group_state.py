@@ -19,6 +19,7 @@ import pandas as pd
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from barrier_core.packed_source import KEY_GROUP_COLUMN  # noqa: F401 - the grouping key
+from barrier_core.schema import KIND_RECORD
 from barrier_ops.arrow_records import to_record_batch
 from barrier_ops.exceptions import InvalidOptionError
 from barrier_ops.input_events import GroupEvents, RowSlice, build_group_events
@@ -88,11 +89,16 @@ def _by_key_group(pdf: pd.DataFrame) -> Tuple[pd.DataFrame, np.ndarray, np.ndarr
     frame), each key group's rows together in batch order (a stable sort), its key groups
     ascending and their bounds: key group ``groups[i]`` owns rows ``bounds[i]:bounds[i+1]``.
     One copy of the range is cheaper than one per key group: a frame's ``take`` costs about as
-    much per column as per row at a key group's size."""
+    much per column as per row at a key group's size. Rows already in key-group order (a packed
+    source's, :func:`~barrier_core.packed_source.unpack_frames`) are not copied."""
     kgs = pdf.pop(KEY_GROUP_COLUMN).to_numpy()
-    order = np.argsort(kgs, kind="stable")
-    groups, starts = np.unique(kgs[order], return_index=True)
-    return RowSlice(pdf, order).rows(), groups, np.r_[starts, len(order)]
+    if len(kgs) > 1 and not (kgs[1:] >= kgs[:-1]).all():
+        order = np.argsort(kgs, kind="stable")
+        pdf, kgs = RowSlice(pdf, order).rows(), kgs[order]
+    elif not pdf.index.equals(pd.RangeIndex(len(pdf))):
+        pdf = pdf.reset_index(drop=True)
+    groups, starts = np.unique(kgs, return_index=True)
+    return pdf, groups, np.r_[starts, len(kgs)]
 
 
 def run_batch(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: List[str],
@@ -166,7 +172,8 @@ def run_range(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: L
     # every key group's events from one pass over the range's rows, not one a key group
     events = build_group_events(pdf, bounds)
     # the range's records put key by key once, not once a key group; as Arrow converted once
-    batch = (to_record_batch(pdf, record_types or {})
+    # (only its records are read: their kind is known)
+    batch = (to_record_batch(pdf, record_types or {}, same={"kind": KIND_RECORD})
              if opts.records_format == RECORDS_ARROW and len(pdf) else None)
     records = RangeRecords(pdf, batch, key_col, events)
     with SnapshotUploads() as uploads:

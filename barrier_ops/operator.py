@@ -18,7 +18,7 @@ Plan:
    PySpark's objects again each time.
    A stream the source packs per key group (``packedKeyGroups``) keeps the key group the
    source computed, and each task unpacks its rows before the runtime sees them
-   (:func:`~barrier_core.packed_source.unpack_frame`).
+   (:func:`~barrier_core.packed_source.unpack_frames`), in key-group order.
 3. Where the user's output columns allow it (:func:`~barrier_ops.packed_rows.packable`), the
    stateful step returns a key's records packed into rows of arrays and the JVM unpacks them
    (:mod:`barrier_ops.packed_rows`): same rows, a fraction of PySpark's per-row cost.
@@ -44,7 +44,7 @@ from barrier_ops.key_group_state import (KEY_GROUP_COLUMN, RANGE_COLUMN, STATE_S
 from barrier_ops.options import EXACTLY_ONCE, RECORDS_ARROW, RECORDS_PANDAS, OperatorOptions
 from barrier_ops.output_rows import CONTROL_COLUMNS
 from barrier_ops.packed_rows import PACKED_ROW_RECORDS, packable, packed_schema, unpack
-from barrier_core.packed_source import packed_key_groups, unpack_frame, unpacked_schema
+from barrier_core.packed_source import packed_key_groups, unpack_frames, unpacked_schema
 from barrier_core.schema import KIND_ACK, KIND_RECORD
 from barrier_core.jar_archives import keep_jar_directories
 from barrier_core.worker_heap import freeze_long_lived_objects
@@ -188,7 +188,7 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
         blob = state.get[0] if state.exists else None
         group = int(key[0]) if parallelism is None else index_of[int(key[0])]
         if packed_input:
-            pdfs = (unpack_frame(pdf, input_zone) for pdf in pdfs)
+            pdfs = unpack_frames(pdfs, input_zone, KEY_GROUP_COLUMN)
         out, blob = run(opts, kfn, key_col, user_columns, group, blob, pdfs,
                         state.getCurrentProcessingTimeMs(), pack, time_zone, record_types)
         state.update((blob,))

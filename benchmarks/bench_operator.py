@@ -11,12 +11,15 @@ see :mod:`barrier_core.packed_source`). ``api-floor`` is ``applyInPandasWithStat
 the operator's layout (the same key groups and input columns, records only) with a function that
 only counts each key group's keys: the part of the keyed operator's cost that is Spark's stateful
 Python API and not the operator's own work. ``keyed-ranges`` is the keyed count with the
-settings operations.md recommends (``parallelism`` = shuffle partitions, records as Arrow), and
-``api-floor-ranges`` its floor (one call a task). ``--rounds`` repeats the runs alternated
-(A B C ..., A B C ...) and the table gives each query's best and median.
+settings operations.md recommends (``parallelism`` = shuffle partitions, records as Arrow),
+``api-floor-ranges`` its floor (one call a task), and ``keyed-packed-ranges`` the same settings
+on the source's packed rows (``packed`` = ``--max-parallelism``). ``--rounds`` repeats the runs
+alternated (A B C ..., A B C ...) and the table gives each query's best and median.
 
     python benchmarks/bench_operator.py --batches 8 --records 20000 --keys 1000 --rounds 3
     python benchmarks/bench_operator.py --rounds 6 --queries keyed-ranges,api-floor-ranges
+    python benchmarks/bench_operator.py --rounds 2 --records 100000 --batches 6 \
+        --max-parallelism 128 --queries keyed-ranges,keyed-packed-ranges
 """
 
 from __future__ import annotations
@@ -177,9 +180,9 @@ def main(argv=None):
     ap.add_argument("--max-parallelism", type=int, default=32)
     ap.add_argument("--shuffle-partitions", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=1,
-                    help="alternated rounds of the seven queries; best and median reported")
+                    help="alternated rounds of the eight queries; best and median reported")
     ap.add_argument("--queries", default=None,
-                    help="comma-separated names of the queries to run (default: all seven; "
+                    help="comma-separated names of the queries to run (default: all eight; "
                          "plain is always run, as every ratio's base)")
     args = ap.parse_args(argv)
 
@@ -226,7 +229,11 @@ def main(argv=None):
                # the settings operations.md recommends: one call a task, records as Arrow
                ("keyed-ranges", keyed("d", parallelism=args.shuffle_partitions,
                                       records_format="arrow"), base),
-               ("api-floor-ranges", api_floor(args.shuffle_partitions), base))
+               ("api-floor-ranges", api_floor(args.shuffle_partitions), base),
+               # the same on the source's packed rows (packedKeyGroups = max_parallelism)
+               ("keyed-packed-ranges", keyed("e", parallelism=args.shuffle_partitions,
+                                             records_format="arrow"),
+                dict(base, packed=args.max_parallelism)))
     if args.queries:
         wanted = {"plain", *args.queries.split(",")}
         unknown = wanted - {name for name, _, _ in queries}
@@ -284,7 +291,8 @@ def main(argv=None):
     for name, base_name in (("keyed", "plain"), ("keyed-packed", "plain"),
                             ("api-floor", "plain"), ("keyed", "api-floor"),
                             ("keyed-ranges", "plain"), ("api-floor-ranges", "plain"),
-                            ("keyed-ranges", "api-floor-ranges")):
+                            ("keyed-ranges", "api-floor-ranges"),
+                            ("keyed-packed-ranges", "plain")):
         if name not in rows or base_name not in rows:
             continue
         r, b = rows[name], rows[base_name]

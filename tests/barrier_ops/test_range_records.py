@@ -96,3 +96,38 @@ def test_a_range_without_records_or_timestamps_cuts_nothing():
         records = RangeRecords(pdf, batch, "key", events)
         cut = records.of_group(0).cut(np.empty(0, dtype="int64"))
         assert len(cut.keys) == 0 and cut.bounds.tolist() == [0] and cut.timestamps is None
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_record_rows_convert_the_same_with_their_kind_known(seed):
+    """run_range converts its range to Arrow with the records' kind known (to_record_batch's
+    ``same``): the rows it reads, the records, are exactly those of a full conversion, column
+    types included."""
+    pdf, _ = range_frame(seed)
+    types = arrow_record_types(source_schema())
+    records = np.flatnonzero((pdf["kind"] == "record").to_numpy())
+    full = to_record_batch(pdf, types).take(records)
+    known = to_record_batch(pdf, types, same={"kind": "record"}).take(records)
+    assert known.schema == full.schema and known.equals(full)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_range_already_in_key_group_order_is_grouped_without_a_copy(seed):
+    """_by_key_group takes rows that come in key-group order (a packed source's) as they are,
+    and puts rows in any other order in that order with one stable sort: the same rows, key
+    groups and bounds either way."""
+    from barrier_ops.key_group_state import KEY_GROUP_COLUMN, _by_key_group
+
+    pdf, bounds = range_frame(seed)
+    pdf[KEY_GROUP_COLUMN] = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds)).astype("int32")
+    rows, groups, group_bounds = _by_key_group(pdf.copy(deep=False))
+    assert np.shares_memory(rows["offset"].to_numpy(), pdf["offset"].to_numpy())
+    pd.testing.assert_frame_equal(rows, pdf.drop(columns=[KEY_GROUP_COLUMN]))
+    assert group_bounds.tolist() == bounds.tolist()
+    shuffled = pdf.take(np.random.default_rng(seed).permutation(len(pdf)))
+    sorted_rows, sorted_groups, sorted_bounds = _by_key_group(shuffled.copy(deep=False))
+    in_order = shuffled.sort_values(KEY_GROUP_COLUMN, kind="stable")   # its own index kept
+    as_given, given_groups, given_bounds = _by_key_group(in_order.copy(deep=False))
+    pd.testing.assert_frame_equal(sorted_rows, as_given)   # index 0 .. n - 1 in both
+    assert sorted_groups.tolist() == given_groups.tolist() == groups.tolist()
+    assert sorted_bounds.tolist() == given_bounds.tolist() == group_bounds.tolist()

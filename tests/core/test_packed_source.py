@@ -12,7 +12,7 @@ import pytest
 from barrier_core.exceptions import InvalidOptionError
 from barrier_core.packed_source import (HEADER_COUNTS_COLUMN, KEY_GROUP_COLUMN, key_groups_of,
                                         pack, packed_key_groups, packed_schema, refuse_packed,
-                                        unpack_frame, unpacked_schema)
+                                        unpack_frame, unpack_frames, unpacked_schema)
 from barrier_core.schema import source_schema, spark_arrow_schema
 from barrier_ops.keygroups import key_group_of
 
@@ -88,6 +88,25 @@ def test_unpacking_gives_each_record_its_columns_and_headers_back():
     assert flat["timestamp"].tolist() == [pd.Timestamp(i, unit="s") for i in range(6)]
     assert HEADER_COUNTS_COLUMN not in flat.columns
     assert flat[KEY_GROUP_COLUMN].tolist() == key_groups_of(flat["key"].tolist(), N).tolist()
+
+
+def test_a_calls_packed_frames_unpack_as_one_frame_in_key_group_order():
+    """unpack_frames: the packed rows of every frame of the call, stably sorted by key group,
+    unpack as one frame (the records a range sorts by key group anyway, already in that order):
+    each key group's records in the order they had, nothing lost or repeated."""
+    keys = [b"k%d" % (i % 11) for i in range(60)]
+    packed = pack(_records(keys, [3] * 30 + [4] * 30), _packed_arrow(), N).to_pandas()
+    shuffled = packed.take(np.random.default_rng(7).permutation(len(packed)))
+    chunks = [shuffled.iloc[:4], shuffled.iloc[4:4], shuffled.iloc[4:]]
+    (flat,) = unpack_frames(chunks, "UTC", KEY_GROUP_COLUMN)
+    kgs = flat[KEY_GROUP_COLUMN].to_numpy()
+    assert (kgs[1:] >= kgs[:-1]).all()
+    assert sorted(flat["offset"].tolist()) == list(range(100, 160))
+    one_by_one = pd.concat([unpack_frame(c, "UTC") for c in chunks if len(c)], ignore_index=True)
+    for kg in range(N):   # each key group's records keep the order the frames gave them
+        assert (flat.loc[flat[KEY_GROUP_COLUMN] == kg, "offset"].tolist()
+                == one_by_one.loc[one_by_one[KEY_GROUP_COLUMN] == kg, "offset"].tolist())
+    assert unpack_frames([packed.iloc[:0]], "UTC", KEY_GROUP_COLUMN) == []
 
 
 def test_timestamps_unpack_to_the_session_time_zone_wall_time():
