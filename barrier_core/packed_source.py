@@ -195,16 +195,17 @@ def _unpacked_headers(headers: list, counts: list, total: int) -> np.ndarray:
 
 def unpack_frames(pdfs, time_zone: Optional[str], order_by: str) -> list:
     """The packed frames of one operator call (``pdfs``, as PySpark hands them) as one frame of
-    records (a list of it; empty for no rows), its packed rows first put in the order of
+    records (a list of it; the frames as they are when none has a row), its packed rows first put in the order of
     column ``order_by`` (stable; executor). Sorting a few hundred packed rows by key group
     gives the records of a range of key groups already grouped, which the operator would
     otherwise sort, and copy, record by record
     (:func:`~barrier_ops.key_group_state.run_range`); each key group's rows keep their order."""
     import pandas as pd
 
-    frames = [pdf for pdf in pdfs if len(pdf)]
+    given = list(pdfs)
+    frames = [pdf for pdf in given if len(pdf)]
     if not frames:
-        return []
+        return given   # no rows: as unpack_frame gives them, each empty frame as it is
     packed = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
     values = packed[order_by].to_numpy()
     if len(values) > 1 and not (values[1:] >= values[:-1]).all():

@@ -106,7 +106,9 @@ def test_a_calls_packed_frames_unpack_as_one_frame_in_key_group_order():
     for kg in range(N):   # each key group's records keep the order the frames gave them
         assert (flat.loc[flat[KEY_GROUP_COLUMN] == kg, "offset"].tolist()
                 == one_by_one.loc[one_by_one[KEY_GROUP_COLUMN] == kg, "offset"].tolist())
-    assert unpack_frames([packed.iloc[:0]], "UTC", KEY_GROUP_COLUMN) == []
+    empty = packed.iloc[:0]
+    (none,) = unpack_frames([empty], "UTC", KEY_GROUP_COLUMN)
+    assert none is empty   # as unpack_frame gives an empty frame
 
 
 def test_timestamps_unpack_to_the_session_time_zone_wall_time():
