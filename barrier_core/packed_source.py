@@ -195,10 +195,10 @@ def _unpacked_headers(headers: list, counts: list, total: int) -> np.ndarray:
 
 def unpack_frames(pdfs, time_zone: Optional[str], order_by: str) -> list:
     """The packed frames of one operator call (``pdfs``, as PySpark hands them) as one frame of
-    records (a list of it; the frames as they are when none has a row), its packed rows first put in the order of
-    column ``order_by`` (stable; executor). Sorting a few hundred packed rows by key group
-    gives the records of a range of key groups already grouped, which the operator would
-    otherwise sort, and copy, record by record
+    records (a list of it; the frames as they are when none has a row), its packed rows first
+    put in the order of column ``order_by`` (stable; executor). Sorting a few hundred packed
+    rows by key group gives the records of a range of key groups already grouped, which the
+    operator would otherwise sort, and copy, record by record
     (:func:`~barrier_ops.key_group_state.run_range`); each key group's rows keep their order."""
     import pandas as pd
 
