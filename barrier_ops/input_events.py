@@ -122,8 +122,10 @@ def build_group_events(pdf: pd.DataFrame, bounds: np.ndarray) -> List[GroupEvent
         names = [channel_name(topic_names[t], int(p))
                  for t, p in zip((pairs // width).tolist(), (pairs % width).tolist())]
         # channels in the sorted order of their names, as the events below go
+        by_name = sorted(range(len(names)), key=names.__getitem__)
+        by_rank = [names[i] for i in by_name]
         rank = np.empty(len(names), dtype="int64")
-        rank[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
+        rank[by_name] = np.arange(len(names))
         channel = rank[pair_of.reshape(-1)]
         # by key group, channel, then offset; stable, so equal offsets keep their batch order
         order = _sort_records(owner, channel, offsets, len(names))
@@ -131,15 +133,15 @@ def build_group_events(pdf: pd.DataFrame, bounds: np.ndarray) -> List[GroupEvent
         sorted_offsets = offsets[order]   # int64: exact, where floats lose offsets past 2**53
         owner_sorted = owner[order]
         group_starts = np.searchsorted(owner_sorted, np.arange(groups + 1))
-        channel_of = owner_sorted * len(names) + channel[order]
+        channel_sorted = channel[order]
+        channel_of = owner_sorted * len(names) + channel_sorted
         starts = np.flatnonzero(np.r_[True, channel_of[1:] != channel_of[:-1]])
         ends = np.r_[starts[1:], len(order)]
-        by_rank = sorted(names)
         for a, b, g, c in zip(starts.tolist(), ends.tolist(), owner_sorted[starts].tolist(),
-                              channel[order[starts]].tolist()):
+                              channel_sorted[starts].tolist()):
             by_channel[g][by_rank[c]] = (a, b)   # the channel's records: in_order[a:b]
     epochs = pdf["checkpoint_id"].to_numpy(dtype="float64", na_value=np.nan)
-    runs = _EpochRuns(epochs[in_order])
+    runs = _EpochRuns(pdf, in_order, epochs[in_order])
     acks_of = np.searchsorted(acks, bounds)
     out: List[GroupEvents] = []
     for g in range(groups):
@@ -153,11 +155,11 @@ def build_group_events(pdf: pd.DataFrame, bounds: np.ndarray) -> List[GroupEvent
                 for off, _, ev in sorted(group_markers[ch], key=lambda m: (m[0], m[1])):
                     end = hi if off == np.inf else lo + int(np.searchsorted(offsets, off, "left"))
                     if end > start:
-                        runs.chunks(ch, pdf, in_order, start, end, events)
+                        runs.chunks(ch, start, end, events)
                         start = end
                     events.append(ev)
             if start < hi:
-                runs.chunks(ch, pdf, in_order, start, hi, events)
+                runs.chunks(ch, start, hi, events)
         out.append(GroupEvents(events, acks[acks_of[g]:acks_of[g + 1]],
                                in_order[group_starts[g]:group_starts[g + 1]]))
     return out
@@ -178,26 +180,27 @@ def _sort_records(owner: np.ndarray, channel: np.ndarray, offsets: np.ndarray,
 
 
 class _EpochRuns:
-    """Where the epoch (``checkpoint_id``) changes along a range's records in their events'
-    order (``epochs``: theirs, in that order), found once for all key groups and channels; a
-    chunk of positions ``lo:hi`` of that order is cut at those changes (:meth:`chunks`)."""
+    """Where the epoch (``checkpoint_id``) changes along a range's records ``in_order`` (their
+    positions in ``pdf``, in their events' order; ``epochs``: theirs, in that order), found once
+    for all key groups and channels; a chunk ``lo:hi`` of that order is cut at those changes
+    (:meth:`chunks`)."""
 
-    __slots__ = ("_epochs", "_changes")
+    __slots__ = ("_pdf", "_in_order", "_epochs", "_changes")
 
-    def __init__(self, epochs: np.ndarray) -> None:
+    def __init__(self, pdf: pd.DataFrame, in_order: np.ndarray, epochs: np.ndarray) -> None:
+        self._pdf, self._in_order = pdf, in_order
         self._epochs = epochs
         nan = np.isnan(epochs)
         same = (epochs[1:] == epochs[:-1]) | (nan[1:] & nan[:-1])
         self._changes = (np.flatnonzero(~same) + 1).tolist()
 
-    def chunks(self, channel: str, pdf: pd.DataFrame, in_order: np.ndarray, lo: int, hi: int,
-               out: List[Any]) -> None:
+    def chunks(self, channel: str, lo: int, hi: int, out: List[Any]) -> None:
         """Append to ``out`` the :class:`Records` of rows ``in_order[lo:hi]`` (one channel's,
         ``hi > lo``), one a run of equal epoch."""
         cuts = self._changes[bisect_right(self._changes, lo):bisect_left(self._changes, hi)]
         for a, b in zip([lo] + cuts, cuts + [hi]):
             e = self._epochs[a]
-            out.append(Records(channel, RowSlice(pdf, in_order[a:b]),
+            out.append(Records(channel, RowSlice(self._pdf, self._in_order[a:b]),
                                None if e != e else int(e)))
 
 
