@@ -41,6 +41,11 @@ def event_positions(group_events) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty(0, dtype="int64")
 
 
+def plain_keys(keys) -> list:
+    """Keys with null keys as None, whether None or NaN."""
+    return [None if k is None or k != k else k for k in keys]
+
+
 def as_lists(cut_rows: ArrowKeyRows, keys, bounds):
     """Each key with its records as Arrow rows (null keys as None, whether None or NaN)."""
     return [(None if k is None or k != k else k, cut_rows(a, b).to_pylist())
@@ -131,3 +136,54 @@ def test_a_range_already_in_key_group_order_is_grouped_without_a_copy(seed):
     pd.testing.assert_frame_equal(sorted_rows, as_given)   # index 0 .. n - 1 in both
     assert sorted_groups.tolist() == given_groups.tolist() == groups.tolist()
     assert sorted_bounds.tolist() == given_bounds.tolist() == group_bounds.tolist()
+
+
+@pytest.mark.parametrize("records_format", ["arrow", "pandas"])
+@pytest.mark.parametrize("seed", range(3))
+def test_a_key_in_several_key_groups_is_cut_in_each(seed, records_format):
+    """A frame cut into key groups by position, not by the keys' hash, has keys in several key
+    groups: each group's cut still holds only its own records of each key, as key_order gives
+    for that group alone."""
+    pdf, _ = range_frame(seed)
+    pdf = pdf.take(np.random.default_rng(seed).permutation(len(pdf))).reset_index(drop=True)
+    bounds = np.linspace(0, len(pdf), 4).astype("int64")
+    events = build_group_events(pdf, bounds)
+    batch = to_record_batch(pdf, arrow_record_types(source_schema()))
+    records = RangeRecords(pdf, batch if records_format == "arrow" else None, "key", events)
+    seen: list = []
+    for i, group_events in enumerate(events):
+        positions = group_events.records
+        cut = records.of_group(i).cut(positions)
+        grouped, keys, key_bounds = key_order(pdf, positions, "key")
+        assert cut.bounds.tolist() == key_bounds.tolist()
+        assert plain_keys(cut.keys) == plain_keys(keys)
+        expected = ArrowKeyRows.taken(batch, grouped)
+        if records_format == "arrow":
+            assert as_lists(cut.rows, cut.keys, cut.bounds) == as_lists(expected, keys, key_bounds)
+        else:
+            for a, b in zip(key_bounds[:-1].tolist(), key_bounds[1:].tolist()):
+                assert cut.rows(a, b)["offset"].tolist() == pdf["offset"].to_numpy()[
+                    grouped[a:b]].tolist()
+        seen += set(plain_keys(keys))
+    assert len(seen) > len(set(seen))   # some key is in several key groups: this test's case
+
+
+@pytest.mark.parametrize("values", [
+    [b"b", None, b"a", b"b", None, b"c", b"a"],
+    ["x", "y", None, "x", "z", "y", "y"],
+    [7, 3, 7, 9, 3, 3, 1],
+    [1.5, float("nan"), 1.5, -0.0, 0.0, float("nan"), 2.0],
+], ids=["bytes", "str", "int", "float"])
+def test_keys_numbered_by_arrow_equal_pandas_numbers(values):
+    """_key_codes numbers keys with Arrow for exact key types, and falls back to pandas for
+    others (floats: NaN and -0.0): either way the numbers are pandas' own, nulls one key, in
+    order of first appearance among the records asked for."""
+    from barrier_ops.range_records import _key_codes
+
+    pdf = pd.DataFrame({"key": pd.Series(values, dtype=None if type(values[0]) in (int, float)
+                                         else object)})
+    batch = to_record_batch(pdf, {})
+    records = np.array([6, 5, 4, 3, 2, 1, 0, 2, 6], dtype="int64")
+    expected, _ = pd.factorize(pdf["key"].to_numpy()[records], use_na_sentinel=False)
+    assert _key_codes(pdf, batch, "key", records).tolist() == expected.tolist()
+    assert _key_codes(pdf, None, "key", records).tolist() == expected.tolist()
