@@ -6,7 +6,10 @@ in the state backend. Writing the blobs of a call's key groups one after another
 backend round trip each (a PUT on S3, two fsyncs on a local disk) on the task's critical path;
 with ``parallelism`` one call runs many key groups, so their uploads run together on a small
 thread pool of the Python worker (:data:`UPLOAD_THREADS`) while the call goes on with the next key
-group.
+group. Each blob is stored with ``put_deferred``, and :meth:`SnapshotUploads.finish` makes them
+durable together (``make_durable``): on a local disk each file is synced as it is written and
+each folder once for the call, not once a key group (64 folder syncs a call at the default
+``max_parallelism`` over two tasks).
 
 What it guarantees: a key group's acknowledgement (the row that lets the coordinator complete
 the checkpoint) is emitted only after its snapshot is durable: :meth:`SnapshotUploads.finish`
@@ -49,8 +52,19 @@ def _upload_pool() -> ThreadPoolExecutor:
 
 def _timed_put(backend, path: str, blob: bytes) -> float:
     started = time.perf_counter()
-    backend.put(path, blob)
+    backend.put_deferred(path, blob)
     return (time.perf_counter() - started) * 1000.0
+
+
+def _make_durable(pending: List["PendingAck"]) -> None:
+    """:meth:`~state_backends.base.StateBackend.make_durable` of every blob ``pending`` stored,
+    once a backend (a local disk syncs each folder once, not once a key group)."""
+    paths: dict = {}
+    for p in pending:
+        if p.upload is not None:
+            paths.setdefault(p.backend, []).append(p.path)
+    for backend, written in paths.items():
+        backend.make_durable(written)
 
 
 def _wait_all(pending: List["PendingAck"]
@@ -71,11 +85,22 @@ def _wait_all(pending: List["PendingAck"]
 @dataclass
 class PendingAck:
     """A key group's acknowledgement waiting for its snapshot's upload; ``ack`` has every field
-    but the upload time (``metrics.async_ms``)."""
+    but the upload time (``metrics.async_ms``). ``upload``: the running upload, None before it
+    starts or without one (``path`` None: an inline snapshot); ``blob``: the bytes of an upload
+    not started yet."""
 
     ack: Acknowledgement
     topic: str
     upload: Optional[Future]
+    backend: object = None
+    path: Optional[str] = None
+    blob: Optional[bytes] = None
+
+    def begin(self) -> None:
+        """Start the upload if it waits for the call's end (a local disk's)."""
+        if self.blob is not None:
+            self.upload = _upload_pool().submit(_timed_put, self.backend, self.path, self.blob)
+            self.blob = None
 
 
 class SnapshotUploads:
@@ -85,21 +110,29 @@ class SnapshotUploads:
         self._pending: List[PendingAck] = []
 
     def start(self, backend, handle, blob: bytes, ack: Acknowledgement, topic: str) -> None:
-        """Store ``blob`` at ``handle.path`` in the background (nothing for an inline handle);
-        ``ack`` is emitted by :meth:`finish` once it is durable."""
-        upload = (None if handle.path is None
-                  else _upload_pool().submit(_timed_put, backend, handle.path, blob))
-        self._pending.append(PendingAck(ack, topic, upload))
+        """Store ``blob`` at ``handle.path`` in the background (nothing for an inline handle):
+        now, or with a backend whose ``overlap_uploads`` is False from :meth:`finish` on.
+        ``ack`` is emitted by :meth:`finish` once the blob is durable."""
+        pending = PendingAck(ack, topic, None, backend, handle.path)
+        if handle.path is not None:
+            pending.blob = blob
+            if getattr(backend, "overlap_uploads", True):
+                pending.begin()
+        self._pending.append(pending)
 
     def finish(self, out) -> None:
-        """Wait for every upload, then add each acknowledgement to ``out``
-        (:class:`~barrier_ops.output_rows.OutputRows`) as a control row, in the order the
-        snapshots were taken. Raises the first upload's error after all have ended, emitting
-        no acknowledgement."""
+        """Wait for every upload, make the blobs durable
+        (:meth:`~state_backends.base.StateBackend.make_durable`), then add each
+        acknowledgement to ``out`` (:class:`~barrier_ops.output_rows.OutputRows`) as a control
+        row, in the order the snapshots were taken. Raises the first upload's error after all
+        have ended, or the error of making them durable, emitting no acknowledgement."""
         pending, self._pending = self._pending, []
+        for p in pending:
+            p.begin()
         upload_ms, first_error = _wait_all(pending)
         if first_error is not None:
             raise first_error
+        _make_durable(pending)
         for p, ms in zip(pending, upload_ms):
             ack = replace(p.ack, metrics=replace(p.ack.metrics, async_ms=round(ms, 3)))
             out.add_control(kind=KIND_ACK, checkpoint_id=int(ack.checkpoint_id), topic=p.topic,
@@ -117,6 +150,7 @@ class SnapshotUploads:
 
     def abandon(self) -> None:
         """The call failed: wait for the uploads it started, so that none lands after the
-        failure (a retried task writes the same paths); their results are dropped."""
+        failure (a retried task writes the same paths); their results are dropped. Uploads
+        that were to start at the call's end never start."""
         pending, self._pending = self._pending, []
         _wait_all(pending)

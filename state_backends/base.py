@@ -12,7 +12,8 @@ configuration and open clients lazily. Layout under the backend's root (readable
 Guarantees every implementation must give:
 
 1. ``put`` is atomic: a reader sees the whole object or none of it (filesystem: write to a temp
-   file + fsync + rename; S3: a single PUT; memory: dict assignment).
+   file + fsync + rename; S3: a single PUT; memory: dict assignment), and durable when it
+   returns; ``put_deferred`` is atomic and durable once ``make_durable`` returns.
 2. ``get`` of a missing path raises ``SnapshotNotFoundError`` naming the path.
 3. No secret (S3 keys) appears in ``repr``, logs or error messages.
 4. Paths are relative, ``/``-separated, without ``.``/``..``/empty components. ``list(prefix)`` and
@@ -180,6 +181,13 @@ class StateBackend(ABC):
 
     #: True when snapshots are carried inline in handles (memory backend).
     inline_snapshots: bool = False
+    #: True when the keyed operator's snapshot uploads should start as soon as each snapshot
+    #: is taken, running while the call goes on (an object store: each PUT waits on the
+    #: network); False when they should start once the call's key groups are done (a local
+    #: disk: a write is short, and threads writing while the call runs slow it more than the
+    #: overlap gains, as they contend with it for the interpreter lock).
+    #: :mod:`barrier_ops.snapshot_uploads` reads it.
+    overlap_uploads: bool = True
 
     # ------------------------------------------------------------------ primitives
     @abstractmethod
@@ -207,6 +215,17 @@ class StateBackend(ABC):
         """Human-readable location without secrets, e.g. ``s3://bucket/prefix``."""
 
     # ------------------------------------------------------------------ derived primitives
+    def put_deferred(self, path: str, data: bytes) -> None:
+        """:meth:`put`, except that the object may become durable only at the next
+        :meth:`make_durable` naming ``path`` (still atomic: readers see all or nothing). Many
+        puts then pay for one durability step: a local disk syncs each folder once, not once a
+        file. Backends whose ``put`` has no such step (S3, memory) just ``put``."""
+        self.put(path, data)
+
+    def make_durable(self, paths: List[str]) -> None:
+        """Make the objects ``paths``, stored by :meth:`put_deferred`, durable (a crash or
+        power loss after this returns keeps them). Nothing to do where ``put`` is durable."""
+
     def get_if_exists(self, path: str) -> Optional[bytes]:
         """The bytes at ``path``, or None if nothing is stored there: one read, where
         ``exists`` then ``get`` costs two requests on an object store."""

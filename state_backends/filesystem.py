@@ -1,7 +1,9 @@
 """``FilesystemStateBackend``: a local or mounted directory.
 
 ``put`` is atomic and durable: the bytes go to a temp file in the target directory, which is
-fsync'ed and renamed over the target, then the directory is fsync'ed. A crash leaves either the
+fsync'ed and renamed over the target, then the directory is fsync'ed. ``put_deferred`` leaves
+that last step to ``make_durable``, which syncs each folder once for many files (the keyed
+operator's snapshots of one call, :mod:`barrier_ops.snapshot_uploads`). A crash leaves either the
 old object, the new one, or an ignorable ``.tmp-`` file (never listed, removed with its folder).
 """
 
@@ -21,6 +23,8 @@ from state_backends.exceptions import InvalidBackendOptionError, SnapshotNotFoun
 logger = logging.getLogger(__name__)
 
 TMP_MARK = ".tmp-"
+#: A temporary file's open flags: write only, created or truncated (a retry's leftover).
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
 
 
 def _fsync_dir(path: str) -> None:
@@ -44,6 +48,7 @@ class FilesystemStateBackend(StateBackend):
     """
 
     scheme = "file"
+    overlap_uploads = False
 
     def __init__(self, root: str, fsync: bool = True) -> None:
         if not os.path.isabs(root):
@@ -56,19 +61,31 @@ class FilesystemStateBackend(StateBackend):
         return os.path.join(self.root, *normalize_path(path).split("/"))
 
     def put(self, path: str, data: bytes) -> None:
+        self.put_deferred(path, data)
+        self.make_durable([path])
+
+    def put_deferred(self, path: str, data: bytes) -> None:
+        """Write ``data`` to a temporary file in ``path``'s folder, fsync it and rename it over
+        ``path``; the folder (which records the rename) is synced by :meth:`make_durable`. The
+        folder is created only when the write finds it missing."""
         target = self._abs(path)
         directory = os.path.dirname(target)
         tmp = os.path.join(directory, f"{TMP_MARK}{os.path.basename(target)}.{uuid.uuid4().hex}")
         try:
-            os.makedirs(directory, exist_ok=True)
-            with open(tmp, "wb") as f:
-                f.write(data)
+            try:
+                fd = os.open(tmp, _WRITE_FLAGS, 0o666)
+            except FileNotFoundError:
+                os.makedirs(directory, exist_ok=True)
+                fd = os.open(tmp, _WRITE_FLAGS, 0o666)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
                 if self.fsync:
-                    f.flush()
-                    os.fsync(f.fileno())
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
             os.replace(tmp, target)
-            if self.fsync:
-                _fsync_dir(directory)
         except OSError as exc:
             try:
                 os.unlink(tmp)
@@ -76,6 +93,13 @@ class FilesystemStateBackend(StateBackend):
                 pass
             raise StateBackendError(f"could not write {self.location(path)}: {exc.strerror}") \
                 from exc
+
+    def make_durable(self, paths: List[str]) -> None:
+        """Sync each folder of ``paths`` once (the renames of :meth:`put_deferred`)."""
+        if not self.fsync:
+            return
+        for directory in sorted({os.path.dirname(self._abs(p)) for p in paths}):
+            _fsync_dir(directory)
 
     def get(self, path: str) -> bytes:
         target = self._abs(path)

@@ -39,10 +39,10 @@ class GatedBackend(FilesystemStateBackend):
     def __getstate__(self):
         raise AssertionError("the test's backend is not pickled")
 
-    def put(self, path: str, data: bytes) -> None:
+    def put_deferred(self, path: str, data: bytes) -> None:
         if "/kg-" in path:
             self.gate.wait()
-        super().put(path, data)
+        super().put_deferred(path, data)
 
 
 def acks_of(out):
@@ -73,10 +73,10 @@ class FailingBackend(FilesystemStateBackend):
         self.fail_kg = fail_kg
         self.stored = []
 
-    def put(self, path: str, data: bytes) -> None:
+    def put_deferred(self, path: str, data: bytes) -> None:
         if path.endswith(f"/kg-{self.fail_kg}"):
             raise StateBackendError(f"could not write {path}: disk full")
-        super().put(path, data)
+        super().put_deferred(path, data)
         self.stored.append(path)
 
 
@@ -99,6 +99,41 @@ def is_last_key(key) -> bool:
     return (key.decode() if isinstance(key, bytes) else key) == LAST_KEY
 
 
+class RecordingBackend(FilesystemStateBackend):
+    """A local disk (uploads start at the call's end) recording the blobs it stored."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root, fsync=False)
+        self.stored = []
+
+    def put_deferred(self, path: str, data: bytes) -> None:
+        super().put_deferred(path, data)
+        self.stored.append(path)
+
+
+class ExplodesOnLastKey(CountPerKey):
+    def process_records(self, key, rows, ctx):
+        if is_last_key(key):
+            raise RuntimeError(f"user function failed on key {LAST_KEY!r}")
+        return super().process_records(key, rows, ctx)
+
+
+def test_a_local_disks_uploads_start_when_the_calls_key_groups_are_done(tmp_path):
+    """With a filesystem backend the uploads wait for the end of the call: a call that fails
+    before then stores none of its blobs (the key groups before the last took checkpoint 1),
+    and one that ends stores them all."""
+    assert FilesystemStateBackend.overlap_uploads is False
+    _, parts = one_range_batch()
+    backend = RecordingBackend(str(tmp_path))
+    opts = OperatorOptions("count", backend, MAXP, parallelism=1)
+    with pytest.raises(RuntimeError, match=f"key {LAST_KEY!r}"):
+        run_range(opts, ExplodesOnLastKey(), "key", ["word", "count"], 0, None, parts, 0)
+    assert backend.stored == [] and backend.list("") == []
+    out, _ = run_range(opts, CountPerKey(), "key", ["word", "count"], 0, None, parts, 0)
+    assert sorted(backend.stored) == sorted(f"chk-1/op-count/kg-{kg}" for kg in range(MAXP))
+    assert sorted(a["key_group"] for a in acks_of(out)) == list(range(MAXP))
+
+
 def test_a_call_that_fails_waits_for_the_uploads_it_started(tmp_path):
     """A retried task writes the same snapshot paths: a blob of the failed attempt must not land
     after the retry's, so the failed call returns only once its uploads have ended."""
@@ -106,11 +141,14 @@ def test_a_call_that_fails_waits_for_the_uploads_it_started(tmp_path):
     release = threading.Event()
 
     class SlowBackend(FilesystemStateBackend):
+        """An object store's uploads: they start as each snapshot is taken."""
+
+        overlap_uploads = True
         stored = []
 
-        def put(self, path: str, data: bytes) -> None:
+        def put_deferred(self, path: str, data: bytes) -> None:
             release.wait(10)
-            super().put(path, data)
+            super().put_deferred(path, data)
             self.stored.append(path)
 
     backend = SlowBackend(str(tmp_path), fsync=False)
@@ -128,3 +166,55 @@ def test_a_call_that_fails_waits_for_the_uploads_it_started(tmp_path):
     # every key group before the last took checkpoint 1, and each of those uploads (held until
     # the failure) had ended when the error left the call: none can land after it
     assert sorted(backend.stored) == [f"chk-1/op-count/kg-{kg}" for kg in range(MAXP - 1)]
+
+
+class SyncRecordingBackend(FilesystemStateBackend):
+    """Records each ``make_durable`` with the blobs stored before it; ``fail_sync``: the sync
+    fails (the disk refuses to sync the folder)."""
+
+    def __init__(self, root: str, fail_sync: bool = False) -> None:
+        super().__init__(root, fsync=True)
+        self.fail_sync = fail_sync
+        self.stored, self.syncs = [], []
+        self.lock = threading.Lock()
+
+    def __getstate__(self):
+        raise AssertionError("the test's backend is not pickled")
+
+    def put_deferred(self, path: str, data: bytes) -> None:
+        super().put_deferred(path, data)
+        with self.lock:
+            self.stored.append(path)
+
+    def make_durable(self, paths) -> None:
+        with self.lock:
+            self.syncs.append((sorted(paths), sorted(self.stored)))
+        if self.fail_sync:
+            raise StateBackendError("could not sync chk-1/op-count: input/output error")
+        super().make_durable(paths)
+
+
+def test_a_calls_snapshots_are_made_durable_together_before_any_acknowledgement(tmp_path):
+    """finish() makes every blob of the call durable in one make_durable, after all of them
+    were stored, and only then emits acknowledgements: a local disk syncs the snapshots' folder
+    once a call, not once a key group."""
+    script, parts = one_range_batch()
+    backend = SyncRecordingBackend(str(tmp_path))
+    opts = OperatorOptions("count", backend, MAXP, parallelism=1)
+    out, _ = run_range(opts, CountPerKey(), "key", ["word", "count"], 0, None, parts, 0)
+    expected = sorted(f"chk-1/op-count/kg-{kg}" for kg in range(MAXP))
+    assert backend.syncs == [(expected, expected)]
+    assert sorted(a["key_group"] for a in acks_of(out)) == list(range(MAXP))
+    assert snapshot_values(backend, 1, "count", MAXP) == reference_counts(script, 1)
+
+
+def test_a_snapshot_folder_that_cannot_be_synced_fails_the_call_without_acknowledgements(
+        tmp_path):
+    """A blob is durable only once its folder is synced: when that fails, the call fails and
+    no acknowledgement leaves it (the checkpoint cannot complete on blobs a crash may lose)."""
+    _, parts = one_range_batch()
+    backend = SyncRecordingBackend(str(tmp_path), fail_sync=True)
+    opts = OperatorOptions("count", backend, MAXP, parallelism=1)
+    with pytest.raises(StateBackendError, match="could not sync"):
+        run_range(opts, CountPerKey(), "key", ["word", "count"], 0, None, parts, 0)
+    assert len(backend.syncs) == 1 and len(backend.stored) == MAXP

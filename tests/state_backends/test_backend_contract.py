@@ -24,6 +24,20 @@ class TestBackendContract:
         backend.put("empty", b"")
         assert backend.get("empty") == b""
 
+    def test_deferred_puts_are_stored_whole_and_made_durable_together(self, backend):
+        """put_deferred stores like put (missing folders created, overwrites, no temporary
+        file listed); make_durable of the paths returns with them still there."""
+        paths = [f"chk-3/op-a/kg-{k}" for k in range(5)] + ["chk-3/op-b/kg-0"]
+        for i, p in enumerate(paths):
+            backend.put_deferred(p, p.encode() * (i + 1))
+        backend.put_deferred(paths[0], b"again")
+        backend.make_durable(paths)
+        backend.make_durable([])
+        assert backend.list("chk-3") == sorted(paths)
+        assert backend.get(paths[0]) == b"again"
+        assert [backend.get(p) for p in paths[1:]] == [p.encode() * (i + 2)
+                                                      for i, p in enumerate(paths[1:])]
+
     def test_get_missing_names_location(self, backend):
         with pytest.raises(SnapshotNotFoundError) as info:
             backend.get("chk-9/op-x/kg-0")
@@ -143,3 +157,31 @@ def test_state_backend_error_root():
 
     assert issubclass(StateBackendError, BarrierKafkaError)
     assert issubclass(SnapshotNotFoundError, StateBackendError)
+
+
+def test_the_filesystem_syncs_each_folder_once_for_deferred_puts(tmp_path, monkeypatch):
+    """put syncs its file and its folder; put_deferred syncs its file only, and make_durable
+    then syncs each folder of its paths once (the renames are durable only after that)."""
+    import state_backends.filesystem as filesystem
+
+    synced_files, synced_folders = [], []
+    real_fsync = os.fsync
+    monkeypatch.setattr(filesystem, "_fsync_dir", synced_folders.append)
+    monkeypatch.setattr(filesystem.os, "fsync", lambda fd: (synced_files.append(fd),
+                                                            real_fsync(fd))[1])
+    backend = filesystem.FilesystemStateBackend(str(tmp_path))
+    backend.put("chk-1/_metadata", b"m")
+    assert len(synced_files) == 1 and synced_folders == [str(tmp_path / "chk-1")]
+    paths = [f"chk-2/op-a/kg-{k}" for k in range(64)] + ["chk-2/op-b/kg-0"]
+    for p in paths:
+        backend.put_deferred(p, b"x")
+    assert len(synced_files) == 1 + len(paths) and len(synced_folders) == 1
+    backend.make_durable(paths)
+    assert synced_folders[1:] == [str(tmp_path / "chk-2" / "op-a"), str(tmp_path / "chk-2" / "op-b")]
+    assert not [n for _, _, names in os.walk(tmp_path) for n in names
+                if n.startswith(filesystem.TMP_MARK)]
+    unsynced = filesystem.FilesystemStateBackend(str(tmp_path / "nosync"), fsync=False)
+    unsynced.put_deferred("chk-1/op-a/kg-0", b"y")
+    unsynced.make_durable(["chk-1/op-a/kg-0"])
+    assert len(synced_files) == 1 + len(paths) and len(synced_folders) == 3
+    assert unsynced.get("chk-1/op-a/kg-0") == b"y"
