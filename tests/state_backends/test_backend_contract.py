@@ -177,7 +177,8 @@ def test_the_filesystem_syncs_each_folder_once_for_deferred_puts(tmp_path, monke
         backend.put_deferred(p, b"x")
     assert len(synced_files) == 1 + len(paths) and len(synced_folders) == 1
     backend.make_durable(paths)
-    assert synced_folders[1:] == [str(tmp_path / "chk-2" / "op-a"), str(tmp_path / "chk-2" / "op-b")]
+    assert synced_folders[1:] == [str(tmp_path / "chk-2" / "op-a"),
+                                  str(tmp_path / "chk-2" / "op-b")]
     assert not [n for _, _, names in os.walk(tmp_path) for n in names
                 if n.startswith(filesystem.TMP_MARK)]
     unsynced = filesystem.FilesystemStateBackend(str(tmp_path / "nosync"), fsync=False)
