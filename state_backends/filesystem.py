@@ -23,8 +23,6 @@ from state_backends.exceptions import InvalidBackendOptionError, SnapshotNotFoun
 logger = logging.getLogger(__name__)
 
 TMP_MARK = ".tmp-"
-#: A temporary file's open flags: write only, created or truncated (a retry's leftover).
-_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
 
 
 def _fsync_dir(path: str) -> None:
@@ -73,18 +71,15 @@ class FilesystemStateBackend(StateBackend):
         tmp = os.path.join(directory, f"{TMP_MARK}{os.path.basename(target)}.{uuid.uuid4().hex}")
         try:
             try:
-                fd = os.open(tmp, _WRITE_FLAGS, 0o666)
+                f = open(tmp, "wb")
             except FileNotFoundError:
                 os.makedirs(directory, exist_ok=True)
-                fd = os.open(tmp, _WRITE_FLAGS, 0o666)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
+                f = open(tmp, "wb")
+            with f:
+                f.write(data)
                 if self.fsync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
+                    f.flush()
+                    os.fsync(f.fileno())
             os.replace(tmp, target)
         except OSError as exc:
             try:
