@@ -42,8 +42,9 @@ throughput of a query past its start and its first batch (a run of one batch has
 Four more tables split the last round: one batch's wall time by phase (:func:`attribute`), the
 whole run into query start, first batch, other batches and the wait until visible
 (:func:`run_split`), the CPU seconds each kind of process spent from the query's start to its
-last batch's end (:mod:`benchmarks.process_cpu`: the Spark JVM, PySpark's Python task workers,
-its driver-side Python workers, the broker, this process), and one batch's Spark job by stage
+last batch's end (:mod:`benchmarks.process_cpu`: the Spark JVM, and apart the part of it its JIT
+compiler threads spent, PySpark's Python task workers, its driver-side Python workers, the broker,
+this process), and one batch's Spark job by stage
 with the Python time PySpark reports inside each, from Spark's event log
 (:mod:`benchmarks.stage_times`).
 """
@@ -459,15 +460,19 @@ def main() -> int:
                          for k in ("start", "first", "rest", "tail")))
     print("\nwhere the last round's CPU goes, s from query start to the last batch's end, by "
           "process (see benchmarks/process_cpu.py; 'cores' = all of them over the run's wall "
-          "time, of the machine's " f"{os.cpu_count()})")
+          "time, of the machine's " f"{os.cpu_count()}; 'of it jit': the Spark JVM's JIT "
+          "compiler threads, part of 'spark jvm')")
     print(f"{'keys':>7} {'batch':>7} {'pipeline':<26} "
-          + " ".join(f"{k:>13}" for k in process_cpu.KINDS) + f" {'total':>6} {'cores':>6}")
+          + " ".join(f"{k:>13}" for k in process_cpu.KINDS[:1] + ("of it jit",)
+                     + process_cpu.KINDS[1:]) + f" {'total':>6} {'cores':>6}")
     for (keys, batch, v), phases in attribution.items():
         cpu, split = phases["cpu"], phases["run"]
-        total = sum(cpu.values())
+        total = sum(cpu[k] for k in process_cpu.KINDS)
         wall = sum(split[k] for k in ("start", "first", "rest")) if split else float("nan")
+        figures = [cpu[k] for k in process_cpu.KINDS]
+        figures.insert(1, cpu.get(process_cpu.JIT, float("nan")))
         print(f"{keys:>7} {batch:>7} {v:<26} "
-              + " ".join(f"{cpu[k]:>13.2f}" for k in process_cpu.KINDS)
+              + " ".join(f"{x:>13.2f}" for x in figures)
               + f" {total:>6.2f} {total / wall:>6.2f}")
     print("\nwhere one batch's Spark job goes, median ms over the last round's batches, from "
           "Spark's event log (see benchmarks/stage_times.py; 'python': the slowest task's "

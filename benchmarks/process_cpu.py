@@ -12,6 +12,13 @@ in one process shows up as everyone's wall time. This says which processes spent
 * ``kafka broker``: the harness's broker; ``benchmark``: this process (the query's driver
   Python and the run's own visibility polling).
 
+Of the Spark JVM's time, :data:`JIT` is the part its just-in-time compiler threads (HotSpot's
+``C1 CompilerThread<n>`` / ``C2 CompilerThread<n>``, from ``/proc/<pid>/task``) spent: on a
+2-core machine they keep about one core busy for the first minutes of a session, whichever
+pipeline runs, so a short run's ratio moves with how far the JIT got (a part of ``spark jvm``,
+not added to the total). A compiler thread that ended between two snapshots (HotSpot stops
+idle ones) takes its time out of this part, not out of ``spark jvm``.
+
 A process that ended during the run is counted through its parent (the CPU of children it
 waited for), minus what the first snapshot had already counted for it; that part comes off the
 parent's kind, which the children time lands in (a source planner the Spark JVM waited for: its
@@ -32,6 +39,10 @@ from typing import Dict, Optional
 #: The kind :func:`take` gives a process that ended and was not waited for yet.
 ZOMBIE = "zombie"
 KINDS = ("spark jvm", "python tasks", "python driver", "kafka broker", "benchmark")
+#: The part of ``spark jvm`` its JIT compiler threads spent (:func:`spent` reports it apart).
+JIT = "jvm jit"
+#: The command names (``comm``, at most 15 characters) of HotSpot's JIT compiler threads.
+_JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
 
 
 @dataclass(frozen=True)
@@ -42,6 +53,8 @@ class Usage:
     own_s: float
     children_s: float
     parent: Optional[int] = None
+    #: The CPU seconds of each JIT compiler thread (thread id -> seconds); a JVM's only.
+    jit_threads: Optional[Dict[int, float]] = None
 
 
 def kind_of(cmdline: str, pid: int, benchmark_pid: int) -> Optional[str]:
@@ -83,19 +96,43 @@ def take(benchmark_pid: Optional[int] = None) -> Dict[int, Usage]:
         # cstime 14
         own = (int(fields[11]) + int(fields[12])) / tick
         children = (int(fields[13]) + int(fields[14])) / tick
-        out[pid] = Usage(kind, own, children, int(fields[1]))
+        jit = _jit_threads(pid, tick) if kind == "spark jvm" else None
+        out[pid] = Usage(kind, own, children, int(fields[1]), jit)
     return out
 
 
+def _jit_threads(pid: int, tick: int) -> Dict[int, float]:
+    """CPU seconds of each JIT compiler thread of JVM ``pid`` (empty where none is listed)."""
+    threads: Dict[int, float] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return threads
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                if not f.read().startswith(_JIT_THREADS):
+                    continue
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended while listed
+        threads[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
+    return threads
+
+
 def spent(before: Dict[int, Usage], after: Dict[int, Usage]) -> Dict[str, float]:
-    """CPU seconds per kind between two snapshots of :func:`take`."""
+    """CPU seconds per kind between two snapshots of :func:`take`, and under :data:`JIT` the
+    part of ``spark jvm`` its JIT compiler threads spent (not a kind: not to be added)."""
     total = {k: 0.0 for k in KINDS}
+    jit = 0.0
     for pid, now in after.items():
         if now.kind == ZOMBIE:
             continue
         then = before.get(pid)
         if then is not None and then.kind != now.kind:
             then = None  # a reused pid: a new process
+        jit += _jit_spent(then, now)
         total[now.kind] += now.own_s - (then.own_s if then else 0.0)
         total[now.kind] += now.children_s - (then.children_s if then else 0.0)
     for pid, then in before.items():
@@ -106,7 +143,19 @@ def spent(before: Dict[int, Usage], after: Dict[int, Usage]) -> Dict[str, float]
         ancestor = _running_ancestor(then, before, after)
         if ancestor is not None:
             total[ancestor.kind] -= then.own_s + then.children_s
+    total[JIT] = jit
     return total
+
+
+def _jit_spent(then: Optional[Usage], now: Usage) -> float:
+    """What the JIT compiler threads of one process spent between its two snapshots: each
+    thread listed in the second, less what the first had counted for it."""
+    if not now.jit_threads:
+        return 0.0
+    earlier = (then.jit_threads if then is not None else None) or {}
+    # a thread id below its earlier figure is a new thread that reused it
+    return sum(s - earlier.get(tid, 0.0) if s >= earlier.get(tid, 0.0) else s
+               for tid, s in now.jit_threads.items())
 
 
 def _running_ancestor(usage: Usage, before: Dict[int, Usage],

@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from benchmarks.process_cpu import ZOMBIE, Usage, kind_of, spent, take
+from benchmarks.process_cpu import JIT, KINDS, ZOMBIE, Usage, _jit_threads, kind_of, spent, take
 
 
 def test_kinds_from_command_lines():
@@ -81,3 +81,54 @@ def test_this_process_cpu_is_counted_as_the_benchmark():
         pass
     got = spent(before, take())
     assert got["benchmark"] >= 0.2
+
+
+def test_jit_time_is_reported_apart_and_not_added_to_the_kinds():
+    before = {60: Usage("spark jvm", 5.0, 0.0, 1, {601: 1.0, 602: 0.5})}
+    # 601 ran 0.75 s more, 602 ended (HotSpot stops idle compiler threads), 603 is new
+    after = {60: Usage("spark jvm", 7.0, 0.0, 1, {601: 1.75, 603: 0.25})}
+    got = spent(before, after)
+    assert got[JIT] == pytest.approx(0.75 + 0.25)
+    assert got["spark jvm"] == pytest.approx(2.0)
+    assert sum(got[k] for k in KINDS) == pytest.approx(2.0)
+
+
+def test_a_thread_id_reused_by_a_new_compiler_thread_counts_the_new_thread():
+    before = {70: Usage("spark jvm", 5.0, 0.0, 1, {701: 3.0})}
+    after = {70: Usage("spark jvm", 6.0, 0.0, 1, {701: 0.5})}
+    assert spent(before, after)[JIT] == pytest.approx(0.5)
+
+
+def test_a_jvm_started_during_the_run_counts_all_its_jit_time():
+    after = {80: Usage("spark jvm", 3.0, 0.0, 1, {801: 1.25})}
+    assert spent({}, after)[JIT] == pytest.approx(1.25)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc") or sys.platform != "linux", reason="Linux /proc")
+def test_a_real_jvm_lists_its_compiler_threads(tmp_path):
+    import shutil
+    import subprocess
+
+    java = shutil.which("java")
+    if java is None:
+        pytest.skip("no java on PATH")
+    # a JVM that runs until its stdin closes, compiling as it goes
+    source = tmp_path / "Spin.java"
+    source.write_text("public class Spin { public static void main(String[] a) throws Exception"
+                      " { long x = 0; while (System.in.available() == 0) { x += x * 31 + 7; }"
+                      " System.out.println(x); } }")
+    proc = subprocess.Popen([java, "-XX:CICompilerCount=2", str(source)], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        threads = {}
+        while time.monotonic() < deadline and not threads:
+            threads = _jit_threads(proc.pid, os.sysconf("SC_CLK_TCK"))
+            time.sleep(0.1)
+        assert threads, "no C1/C2 compiler thread listed for a running JVM"
+        assert all(s >= 0 for s in threads.values())
+        assert proc.pid not in threads   # the JVM's own main thread is not a compiler thread
+    finally:
+        proc.stdin.write(b"x")
+        proc.stdin.close()
+        proc.wait(timeout=30)
