@@ -42,9 +42,9 @@ throughput of a query past its start and its first batch (a run of one batch has
 Four more tables split the last round: one batch's wall time by phase (:func:`attribute`), the
 whole run into query start, first batch, other batches and the wait until visible
 (:func:`run_split`), the CPU seconds each kind of process spent from the query's start to its
-last batch's end (:mod:`benchmarks.process_cpu`: the Spark JVM, and apart the part of it its JIT
-compiler threads spent, PySpark's Python task workers, its driver-side Python workers, the broker,
-this process), and one batch's Spark job by stage
+last batch's end (:mod:`benchmarks.process_cpu`: the Spark JVM, with the share of its JIT
+compiler threads, PySpark's Python task workers, its driver-side Python workers, the broker, this
+process), and one batch's Spark job by stage
 with the Python time PySpark reports inside each, from Spark's event log
 (:mod:`benchmarks.stage_times`).
 """
@@ -330,7 +330,9 @@ def _measured_run(spark, variant, bootstrap, src, out, work, stable, records, ke
                                    else None, packed="packed" in words)
     try:
         query.processAllAvailable()  # every input record read and its batch done
-        cpu = process_cpu.spent(cpu0, process_cpu.take())
+        cpu1 = process_cpu.take()
+        cpu = process_cpu.spent(cpu0, cpu1)
+        cpu[process_cpu.JIT] = process_cpu.jit_spent(cpu0, cpu1)   # a part of 'spark jvm'
         last = final_count_offsets(bootstrap, out, final_counts(records, keys), 1800)
         visible = stable.visible_at(last) if last is not None else None
         progress = query.recentProgress
@@ -470,7 +472,7 @@ def main() -> int:
         total = sum(cpu[k] for k in process_cpu.KINDS)
         wall = sum(split[k] for k in ("start", "first", "rest")) if split else float("nan")
         figures = [cpu[k] for k in process_cpu.KINDS]
-        figures.insert(1, cpu.get(process_cpu.JIT, float("nan")))
+        figures.insert(1, cpu[process_cpu.JIT])
         print(f"{keys:>7} {batch:>7} {v:<26} "
               + " ".join(f"{x:>13.2f}" for x in figures)
               + f" {total:>6.2f} {total / wall:>6.2f}")

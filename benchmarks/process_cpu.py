@@ -39,7 +39,7 @@ from typing import Dict, Optional
 #: The kind :func:`take` gives a process that ended and was not waited for yet.
 ZOMBIE = "zombie"
 KINDS = ("spark jvm", "python tasks", "python driver", "kafka broker", "benchmark")
-#: The part of ``spark jvm`` its JIT compiler threads spent (:func:`spent` reports it apart).
+#: The part of ``spark jvm`` its JIT compiler threads spent (:func:`jit_spent`).
 JIT = "jvm jit"
 #: The command names (``comm``, at most 15 characters) of HotSpot's JIT compiler threads.
 _JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
@@ -122,17 +122,14 @@ def _jit_threads(pid: int, tick: int) -> Dict[int, float]:
 
 
 def spent(before: Dict[int, Usage], after: Dict[int, Usage]) -> Dict[str, float]:
-    """CPU seconds per kind between two snapshots of :func:`take`, and under :data:`JIT` the
-    part of ``spark jvm`` its JIT compiler threads spent (not a kind: not to be added)."""
+    """CPU seconds per kind between two snapshots of :func:`take`."""
     total = {k: 0.0 for k in KINDS}
-    jit = 0.0
     for pid, now in after.items():
         if now.kind == ZOMBIE:
             continue
         then = before.get(pid)
         if then is not None and then.kind != now.kind:
             then = None  # a reused pid: a new process
-        jit += _jit_spent(then, now)
         total[now.kind] += now.own_s - (then.own_s if then else 0.0)
         total[now.kind] += now.children_s - (then.children_s if then else 0.0)
     for pid, then in before.items():
@@ -143,19 +140,22 @@ def spent(before: Dict[int, Usage], after: Dict[int, Usage]) -> Dict[str, float]
         ancestor = _running_ancestor(then, before, after)
         if ancestor is not None:
             total[ancestor.kind] -= then.own_s + then.children_s
-    total[JIT] = jit
     return total
 
 
-def _jit_spent(then: Optional[Usage], now: Usage) -> float:
-    """What the JIT compiler threads of one process spent between its two snapshots: each
-    thread listed in the second, less what the first had counted for it."""
-    if not now.jit_threads:
-        return 0.0
-    earlier = (then.jit_threads if then is not None else None) or {}
-    # a thread id below its earlier figure is a new thread that reused it
-    return sum(s - earlier.get(tid, 0.0) if s >= earlier.get(tid, 0.0) else s
-               for tid, s in now.jit_threads.items())
+def jit_spent(before: Dict[int, Usage], after: Dict[int, Usage]) -> float:
+    """CPU seconds the Spark JVMs' JIT compiler threads spent between two snapshots of
+    :func:`take` (:data:`JIT`, a part of :func:`spent`'s ``spark jvm``): each thread the second
+    lists, less what the first had counted for it."""
+    total = 0.0
+    for pid, now in after.items():
+        then = before.get(pid)
+        earlier = (then.jit_threads if then is not None and then.kind == now.kind else None) or {}
+        for tid, seconds in (now.jit_threads or {}).items():
+            counted = earlier.get(tid, 0.0)
+            # a figure below the earlier one is a new thread that reused the id
+            total += seconds - counted if seconds >= counted else seconds
+    return total
 
 
 def _running_ancestor(usage: Usage, before: Dict[int, Usage],

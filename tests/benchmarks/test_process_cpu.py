@@ -4,7 +4,8 @@ import time
 
 import pytest
 
-from benchmarks.process_cpu import JIT, KINDS, ZOMBIE, Usage, _jit_threads, kind_of, spent, take
+from benchmarks.process_cpu import (ZOMBIE, Usage, _jit_threads, jit_spent, kind_of, spent,
+                                    take)
 
 
 def test_kinds_from_command_lines():
@@ -83,25 +84,23 @@ def test_this_process_cpu_is_counted_as_the_benchmark():
     assert got["benchmark"] >= 0.2
 
 
-def test_jit_time_is_reported_apart_and_not_added_to_the_kinds():
+def test_jit_time_is_reported_apart_from_the_kinds():
     before = {60: Usage("spark jvm", 5.0, 0.0, 1, {601: 1.0, 602: 0.5})}
     # 601 ran 0.75 s more, 602 ended (HotSpot stops idle compiler threads), 603 is new
     after = {60: Usage("spark jvm", 7.0, 0.0, 1, {601: 1.75, 603: 0.25})}
-    got = spent(before, after)
-    assert got[JIT] == pytest.approx(0.75 + 0.25)
-    assert got["spark jvm"] == pytest.approx(2.0)
-    assert sum(got[k] for k in KINDS) == pytest.approx(2.0)
+    assert jit_spent(before, after) == pytest.approx(0.75 + 0.25)
+    assert spent(before, after)["spark jvm"] == pytest.approx(2.0)   # the JIT is a part of it
 
 
 def test_a_thread_id_reused_by_a_new_compiler_thread_counts_the_new_thread():
     before = {70: Usage("spark jvm", 5.0, 0.0, 1, {701: 3.0})}
     after = {70: Usage("spark jvm", 6.0, 0.0, 1, {701: 0.5})}
-    assert spent(before, after)[JIT] == pytest.approx(0.5)
+    assert jit_spent(before, after) == pytest.approx(0.5)
 
 
 def test_a_jvm_started_during_the_run_counts_all_its_jit_time():
     after = {80: Usage("spark jvm", 3.0, 0.0, 1, {801: 1.25})}
-    assert spent({}, after)[JIT] == pytest.approx(1.25)
+    assert jit_spent({}, after) == pytest.approx(1.25)
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc") or sys.platform != "linux", reason="Linux /proc")
@@ -132,3 +131,9 @@ def test_a_real_jvm_lists_its_compiler_threads(tmp_path):
         proc.stdin.write(b"x")
         proc.stdin.close()
         proc.wait(timeout=30)
+
+
+def test_a_reused_pid_counts_its_new_jvm_s_jit_time_whole():
+    before = {90: Usage("python driver", 3.0, 0.0)}
+    after = {90: Usage("spark jvm", 1.0, 0.0, 1, {901: 0.5})}
+    assert jit_spent(before, after) == pytest.approx(0.5)
