@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 #: The kind :func:`take` gives a process that ended and was not waited for yet.
 ZOMBIE = "zombie"
@@ -85,16 +85,13 @@ def take(benchmark_pid: Optional[int] = None) -> Dict[int, Usage]:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmdline = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            fields = _stat_fields(f"/proc/{pid}/stat")
         except OSError:
             continue  # ended while listed
         kind = ZOMBIE if fields[0] == "Z" else kind_of(cmdline, pid, me)
         if kind is None:
             continue
-        # after the command name: state is field 0, ppid 1, utime 11, stime 12, cutime 13,
-        # cstime 14
-        own = (int(fields[11]) + int(fields[12])) / tick
+        own = _own_seconds(fields, tick)
         children = (int(fields[13]) + int(fields[14])) / tick
         jit = _jit_threads(pid, tick) if kind == "spark jvm" else None
         out[pid] = Usage(kind, own, children, int(fields[1]), jit)
@@ -113,12 +110,23 @@ def _jit_threads(pid: int, tick: int) -> Dict[int, float]:
             with open(f"/proc/{pid}/task/{tid}/comm") as f:
                 if not f.read().startswith(_JIT_THREADS):
                     continue
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+            fields = _stat_fields(f"/proc/{pid}/task/{tid}/stat")
         except OSError:
             continue  # the thread ended while listed
-        threads[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
+        threads[int(tid)] = _own_seconds(fields, tick)
     return threads
+
+
+def _stat_fields(path: str) -> List[str]:
+    """The fields of a ``/proc`` ``stat`` file after the command name: state is field 0, ppid
+    1, utime 11, stime 12, cutime 13, cstime 14."""
+    with open(path) as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def _own_seconds(fields: List[str], tick: int) -> float:
+    """A process's or thread's own CPU seconds (user and system) from its :func:`_stat_fields`."""
+    return (int(fields[11]) + int(fields[12])) / tick
 
 
 def spent(before: Dict[int, Usage], after: Dict[int, Usage]) -> Dict[str, float]:
