@@ -6,10 +6,12 @@ session (not a test).
         [--seconds 20] [--rounds 2] [--triggers default,1] [--variants "native,eo per-key"]
 
 Each run: a fresh 4-partition topic with ``--records`` records of 997 keys, one of
-``benchmarks/bench_pipeline.py``'s pipelines started on it with the trigger named (``default``:
-no trigger set, Spark's ``ProcessingTime(0)``, which plans the next batch as soon as the last
-planning found nothing, ``spark.sql.streaming.pollingDelay`` later; a number: a processing-time
-trigger of that many seconds), until the final count of every key is visible to a
+``benchmarks/bench_pipeline.py``'s pipelines (the exactly-once ones with the settings
+docs/operations.md recommends: Arrow records, one call per range of key groups, the source's
+packed rows, as its ``... arrow ranges packed`` variants) started on it with the trigger named
+(``default``: no trigger set, Spark's ``ProcessingTime(0)``, which plans the next batch as soon
+as the last planning found nothing, ``spark.sql.streaming.pollingDelay`` later; a number: a
+processing-time trigger of that many seconds), until the final count of every key is visible to a
 ``read_committed`` consumer. Then the query is left alone for ``--settle`` seconds and the CPU
 each kind of process spends over the next ``--seconds`` is taken from ``/proc``
 (:mod:`benchmarks.process_cpu`), as cores (CPU seconds per second). A run in which a batch with
