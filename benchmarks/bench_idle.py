@@ -3,19 +3,20 @@ the exactly-once pipeline against the at-least-once one users run today, side by
 session (not a test).
 
     BARRIER_KAFKA_BOOTSTRAP=127.0.0.1:39092 python benchmarks/bench_idle.py \\
-        [--seconds 20] [--rounds 2] [--triggers default,1] [--variants "native,eo per-key"]
+        [--seconds 20] [--rounds 2] [--triggers default,1] \\
+        [--variants "native,eo per-key arrow ranges packed"]
 
 Each run: a fresh 4-partition topic with ``--records`` records of 997 keys, one of
-``benchmarks/bench_pipeline.py``'s pipelines (the exactly-once ones with the settings
-docs/operations.md recommends: Arrow records, one call per range of key groups, the source's
-packed rows, as its ``... arrow ranges packed`` variants) started on it with the trigger named
-(``default``: no trigger set, Spark's ``ProcessingTime(0)``, which plans the next batch as soon
-as the last planning found nothing, ``spark.sql.streaming.pollingDelay`` later; a number: a
-processing-time trigger of that many seconds), until the final count of every key is visible to a
-``read_committed`` consumer. Then the query is left alone for ``--settle`` seconds and the CPU
-each kind of process spends over the next ``--seconds`` is taken from ``/proc``
-(:mod:`benchmarks.process_cpu`), as cores (CPU seconds per second). A run in which a batch with
-input ran during the window is reported, not counted: it was not idle.
+``benchmarks/bench_pipeline.py``'s pipelines, by its name there (the default exactly-once one
+has the settings docs/operations.md recommends: Arrow records, one call per range of key groups,
+the source's packed rows, read in as many tasks as the session has cores), started on it with
+the trigger named (``default``: no trigger set, Spark's ``ProcessingTime(0)``, which plans the
+next batch as soon as the last planning found nothing, ``spark.sql.streaming.pollingDelay``
+later; a number: a processing-time trigger of that many seconds), until the final count of
+every key is visible to a ``read_committed`` consumer. Then the query is left alone for
+``--settle`` seconds and the CPU each kind of process spends over the next ``--seconds`` is
+taken from ``/proc`` (:mod:`benchmarks.process_cpu`), as cores (CPU seconds per second). A run
+in which a batch with input ran during the window is reported, not counted: it was not idle.
 
 After one uncounted warm-up round, variants alternate within each round (A B A B ...); the
 table prints the median cores of each kind over the rounds and the ratio of the median total to
@@ -41,8 +42,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from barrier_kafka.spark_home import compiled_spark_home  # noqa: E402
 from benchmarks import process_cpu  # noqa: E402
-from benchmarks.bench_pipeline import (SHUFFLE_PARTITIONS, VARIANTS, final_counts,  # noqa: E402
-                                       produce, start_exactly_once, start_native)
+from benchmarks.bench_pipeline import (EXTRA_VARIANTS, SHUFFLE_PARTITIONS, VARIANTS,  # noqa: E402
+                                       final_counts, produce, start_variant)
 from benchmarks.bench_sink import make_topic  # noqa: E402
 from benchmarks.bench_source import spark_with_kafka_connector  # noqa: E402
 from benchmarks.visibility import final_count_offsets  # noqa: E402
@@ -85,22 +86,14 @@ def input_batches(progress) -> set:
     return {p["batchId"] for p in progress if p.get("numInputRows", 0) > 0}
 
 
-def _start(spark, variant, bootstrap, src, out, work, trigger_s):
-    if variant == "native":
-        return start_native(spark, bootstrap, src, out, work, 10_000, trigger_s)
-    return start_exactly_once(spark, bootstrap, src, out, work, 10_000,
-                              per_key=variant.startswith("eo per-key"), trigger_s=trigger_s,
-                              records_format="arrow", parallelism=SHUFFLE_PARTITIONS,
-                              packed=True, max_partitions=2)
-
-
-def one_run(spark, variant, bootstrap, records, trigger_s, settle_s, seconds):
+def one_run(spark, variant, bootstrap, records, trigger_s, settle_s, seconds, max_partitions):
     """One idle window of ``variant``: its cores by kind, or None when a batch with input ran in
     the window (the run was not idle)."""
     src, out = make_topic(bootstrap, 4), make_topic(bootstrap, 2)
     produce(bootstrap, src, records, KEYS)
     work = tempfile.mkdtemp(prefix="bench-idle-")
-    query = _start(spark, variant, bootstrap, src, out, work, trigger_s)
+    query = start_variant(spark, variant, bootstrap, src, out, work, 10_000,
+                          max_partitions=max_partitions, trigger_s=trigger_s)
     try:
         query.processAllAvailable()
         if final_count_offsets(bootstrap, out, final_counts(records, KEYS), 600) is None:
@@ -132,15 +125,15 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--triggers", default="default,1",
                         help="comma-separated: 'default' (no trigger set) or seconds")
-    parser.add_argument("--variants", default="native,eo per-key")
+    parser.add_argument("--variants", default="native,eo per-key arrow ranges packed")
     args = parser.parse_args()
     bootstrap = os.environ.get("BARRIER_KAFKA_BOOTSTRAP")
     if not bootstrap:
         parser.error("set BARRIER_KAFKA_BOOTSTRAP (python -m kafka_harness broker prints it)")
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = [v for v in variants if v not in VARIANTS]
+    unknown = [v for v in variants if v not in VARIANTS + EXTRA_VARIANTS]
     if unknown:
-        parser.error(f"unknown variants {unknown}; choose from {VARIANTS}")
+        parser.error(f"unknown variants {unknown}; choose from {VARIANTS + EXTRA_VARIANTS}")
     triggers = []
     for t in args.triggers.split(","):
         t = t.strip()
@@ -152,6 +145,8 @@ def main() -> int:
     os.environ["SPARK_HOME"] = str(compiled_spark_home())
     spark = spark_with_kafka_connector("bench-idle-" + uuid.uuid4().hex[:6],
                                        shuffle_partitions=SHUFFLE_PARTITIONS)
+    # as bench_pipeline's default: the barrier-kafka source reads in as many tasks as cores
+    max_partitions = spark.sparkContext.defaultParallelism
     table = []
     try:
         warmup = args.warmup
@@ -160,7 +155,7 @@ def main() -> int:
             for round_no in range(warmup + args.rounds):
                 for v in variants:
                     got = one_run(spark, v, bootstrap, args.records, trigger_s, args.settle,
-                                  args.seconds)
+                                  args.seconds, max_partitions)
                     label = "warm-up" if round_no < warmup else "counted"
                     total = "-" if got is None else f"{got['total']:.3f} cores"
                     print(f"trigger {trigger_s or 'default'} {v}: {total} ({label})", flush=True)
@@ -176,11 +171,11 @@ def main() -> int:
     print(f"\nA caught-up query, idle: cores (CPU s per s) by process over {args.seconds:.0f} s, "
           f"median of {args.rounds} alternated rounds after {args.warmup} warm-up round(s); "
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
-    print(f"{'trigger':>8} {'pipeline':<14} {'n':>2} "
+    print(f"{'trigger':>8} {'pipeline':<30} {'n':>2} "
           + " ".join(f"{c:>13}" for c in COLUMNS) + f" {'total':>7} {'vs native':>10}")
     for trigger_s, v, n, m, x in table:
         label = "default" if trigger_s is None else f"{trigger_s:g} s"
-        print(f"{label:>8} {v:<14} {n:>2} " + " ".join(f"{m[c]:>13.3f}" for c in COLUMNS)
+        print(f"{label:>8} {v:<30} {n:>2} " + " ".join(f"{m[c]:>13.3f}" for c in COLUMNS)
               + f" {m['total']:>7.3f} " + ("-" if x != x else f"{x:.2f}x").rjust(10))
     return 0
 

@@ -27,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.bench_pipeline import VARIANTS, start_exactly_once, start_native  # noqa: E402
+from benchmarks.bench_pipeline import VARIANTS, start_variant  # noqa: E402
 from benchmarks.bench_sink import KEYS, make_topic, produce  # noqa: E402
 from benchmarks.bench_source import spark_with_kafka_connector  # noqa: E402
 from benchmarks.visibility import committed_reader  # noqa: E402
@@ -91,11 +91,8 @@ def wait_for_first_batch(query, timeout_s: float = 180.0) -> None:
 def one_run(spark, variant, bootstrap, trigger_s, rate, seconds):
     src, out = make_topic(bootstrap, 4), make_topic(bootstrap, 2)
     work = tempfile.mkdtemp(prefix="bench-latency-")
-    if variant == "native":
-        query = start_native(spark, bootstrap, src, out, work, 1_000_000, trigger_s)
-    else:
-        query = start_exactly_once(spark, bootstrap, src, out, work, 1_000_000,
-                                   per_key=variant == "eo per-key", trigger_s=trigger_s)
+    query = start_variant(spark, variant, bootstrap, src, out, work, 1_000_000,
+                          trigger_s=trigger_s)
     n = int(rate * seconds)
     last = {}
     for i in range(n):

@@ -174,6 +174,25 @@ def start_exactly_once(spark, bootstrap, src, out, work, batch, per_key: bool, t
                          trigger_s).start()
 
 
+def start_variant(spark, variant, bootstrap, src, out, work, batch, max_parallelism=16,
+                  max_partitions=0, parallelism=None, trigger_s=None):
+    """Start the pipeline named ``variant`` (one of :data:`VARIANTS` or :data:`EXTRA_VARIANTS`)
+    from ``src`` to ``out``: ``native`` is :func:`start_native`; the words of an ``eo ...`` name
+    choose :func:`start_exactly_once`'s settings (``per-key``, ``lean``, ``arrow``, ``ranges``
+    in ``parallelism`` ranges, else the shuffle partitions, ``packed``)."""
+    if variant == "native":
+        return start_native(spark, bootstrap, src, out, work, batch, trigger_s)
+    words = variant.split()
+    ranges = "ranges" in words
+    return start_exactly_once(spark, bootstrap, src, out, work, batch,
+                              per_key=variant.startswith("eo per-key"), trigger_s=trigger_s,
+                              lean="lean" in words, max_parallelism=max_parallelism,
+                              max_partitions=max_partitions,
+                              records_format="arrow" if "arrow" in words else "pandas",
+                              parallelism=(parallelism or SHUFFLE_PARTITIONS) if ranges
+                              else None, packed="packed" in words)
+
+
 ATTRIBUTION = ("batch", "spark", "stage 1+sched", "operator", "state upd", "state commit",
                "snapshot", "upload", "open txn", "send", "flush", "driver", "EndTxn",
                "new producers")
@@ -316,18 +335,8 @@ def _measured_run(spark, variant, bootstrap, src, out, work, stable, records, ke
     passed the last of them, not the moment this process finished reading them)."""
     cpu0 = process_cpu.take()
     wall0 = time.time()
-    if variant == "native":
-        query = start_native(spark, bootstrap, src, out, work, batch)
-    else:
-        words = variant.split()
-        ranges = "ranges" in words
-        query = start_exactly_once(spark, bootstrap, src, out, work, batch,
-                                   per_key=variant.startswith("eo per-key"),
-                                   lean="lean" in words, max_parallelism=max_parallelism,
-                                   max_partitions=max_partitions,
-                                   records_format="arrow" if "arrow" in words else "pandas",
-                                   parallelism=(parallelism or SHUFFLE_PARTITIONS) if ranges
-                                   else None, packed="packed" in words)
+    query = start_variant(spark, variant, bootstrap, src, out, work, batch, max_parallelism,
+                          max_partitions, parallelism)
     try:
         query.processAllAvailable()  # every input record read and its batch done
         cpu1 = process_cpu.take()
