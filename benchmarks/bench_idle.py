@@ -43,7 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from barrier_kafka.spark_home import compiled_spark_home  # noqa: E402
 from benchmarks import process_cpu  # noqa: E402
 from benchmarks.bench_pipeline import (EXTRA_VARIANTS, SHUFFLE_PARTITIONS, VARIANTS,  # noqa: E402
-                                       final_counts, produce, start_variant)
+                                       cell_ratio, final_counts, produce, start_variant)
 from benchmarks.bench_sink import make_topic  # noqa: E402
 from benchmarks.bench_source import spark_with_kafka_connector  # noqa: E402
 from benchmarks.visibility import final_count_offsets  # noqa: E402
@@ -176,7 +176,7 @@ def main() -> int:
     for trigger_s, v, n, m, x in table:
         label = "default" if trigger_s is None else f"{trigger_s:g} s"
         print(f"{label:>8} {v:<30} {n:>2} " + " ".join(f"{m[c]:>13.3f}" for c in COLUMNS)
-              + f" {m['total']:>7.3f} " + ("-" if x != x else f"{x:.2f}x").rjust(10))
+              + f" {m['total']:>7.3f} {cell_ratio(x):>10}")
     return 0
 
 
