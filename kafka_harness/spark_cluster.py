@@ -4,6 +4,14 @@ install (``bin/spark-class``), on loopback, each in its own process group.
 Behaviour that only separate executors show (speculative attempts, task retries on another
 executor, executor loss) is tested against this instead of ``local[2]``. Every wait is bounded and
 fails naming the log to read.
+
+The master's ports are picked free just before it starts, so another process (a broker or a
+Spark driver of a parallel test worker) can take one in between. Spark would then move the
+master to the next port while the workers dial the one they were given, and the cluster never
+comes up; the master therefore starts with port retries off, exits on a taken port, and starts
+again on new ones (:data:`MASTER_ATTEMPTS`), and the workers start only once its UI reports the
+master URL they are given. Its REST submission server (a fixed port, 6066) is off: the tests
+submit through the master URL, and a second cluster would find that port taken.
 """
 
 from __future__ import annotations
@@ -23,6 +31,8 @@ from typing import List, Optional
 logger = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 120.0
+#: Master starts on fresh ports before giving up (each failed one: a port taken meanwhile).
+MASTER_ATTEMPTS = 3
 
 
 class ClusterStartError(RuntimeError):
@@ -67,9 +77,11 @@ class StandaloneCluster:
     def url(self) -> str:
         return f"spark://127.0.0.1:{self.port}"
 
-    def _spawn(self, name: str, *args: str, host: str = "127.0.0.1") -> subprocess.Popen:
+    def _spawn(self, name: str, *args: str, host: str = "127.0.0.1",
+               **extra_env: str) -> subprocess.Popen:
         env = dict(os.environ, SPARK_HOME=spark_home(), SPARK_LOCAL_IP=host,
-                   SPARK_LOG_DIR=str(self.dir), SPARK_WORKER_DIR=str(self.dir / "work"))
+                   SPARK_LOG_DIR=str(self.dir), SPARK_WORKER_DIR=str(self.dir / "work"),
+                   **extra_env)
         log = open(self.dir / f"{name}.log", "ab")
         try:
             return subprocess.Popen([os.path.join(spark_home(), "bin", "spark-class"), *args],
@@ -78,18 +90,53 @@ class StandaloneCluster:
         finally:
             log.close()
 
-    def _alive_workers(self) -> int:
+    def _master_status(self) -> dict:
+        """The master UI's JSON status ({} while nothing answers as a master there)."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json", timeout=2) as r:
-                return int(json.load(r).get("aliveworkers", 0))
+                status = json.load(r)
         except (OSError, ValueError):
+            return {}
+        return status if isinstance(status, dict) else {}
+
+    def _alive_workers(self) -> int:
+        status = self._master_status()
+        if status.get("url") != self.url:
             return -1
+        try:
+            return int(status.get("aliveworkers", 0))
+        except (TypeError, ValueError):
+            return -1
+
+    def _start_master(self, deadline: float, timeout_s: float) -> None:
+        """Start the master and wait until its UI reports :attr:`url`; on a port taken since it
+        was picked the master exits (port retries off) and starts again on new ports."""
+        for _ in range(MASTER_ATTEMPTS):
+            self._master = self._spawn("master", "org.apache.spark.deploy.master.Master",
+                                       "--host", "127.0.0.1", "--port", str(self.port),
+                                       "--webui-port", str(self.ui_port),
+                                       SPARK_MASTER_OPTS="-Dspark.port.maxRetries=0 "
+                                       "-Dspark.master.rest.enabled=false")
+            while self._master.poll() is None:
+                if self._master_status().get("url") == self.url:
+                    return
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise ClusterStartError(
+                        f"Spark standalone master not up within {timeout_s:.0f}s; see "
+                        f"{self.dir / 'master.log'}")
+                time.sleep(0.2)
+            logger.warning("Spark standalone master exited on ports %d/%d (taken since picked?); "
+                           "starting it on new ones", self.port, self.ui_port)
+            self.port, self.ui_port = _free_port(), _free_port()
+        self._master = None
+        raise ClusterStartError(f"Spark standalone master exited {MASTER_ATTEMPTS} times at its "
+                                f"start; see {self.dir / 'master.log'}")
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> "StandaloneCluster":
         self.dir.mkdir(parents=True, exist_ok=True)
-        self._master = self._spawn("master", "org.apache.spark.deploy.master.Master",
-                                   "--host", "127.0.0.1", "--port", str(self.port),
-                                   "--webui-port", str(self.ui_port))
+        deadline = time.monotonic() + timeout_s
+        self._start_master(deadline, timeout_s)
         for i in range(self.workers):
             work = self.dir / f"worker-{i}"
             work.mkdir(exist_ok=True)
@@ -101,7 +148,6 @@ class StandaloneCluster:
                 "--cores", str(self.cores), "--memory", self.memory,
                 "--webui-port", str(_free_port()), "--work-dir", str(work), self.url,
                 host=host))
-        deadline = time.monotonic() + timeout_s
         while self._alive_workers() < self.workers:
             dead = [p for p in [self._master, *self._workers] if p.poll() is not None]
             if dead or time.monotonic() > deadline:
