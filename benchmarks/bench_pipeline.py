@@ -193,7 +193,7 @@ def start_variant(spark, variant, bootstrap, src, out, work, batch, max_parallel
                               else None, packed="packed" in words)
 
 
-ATTRIBUTION = ("batch", "spark", "stage 1+sched", "operator", "state upd", "state commit",
+ATTRIBUTION = ("batch", "spark", "planning", "stage 1+sched", "operator", "state upd", "state commit",
                "snapshot", "upload", "open txn", "send", "flush", "driver", "EndTxn",
                "new producers")
 
@@ -202,7 +202,10 @@ def attribute(progress, storage) -> dict:
     """Median ms per phase of the run's batches (those with input):
 
     * ``batch``: Spark's triggerExecution; ``spark``: its part outside addBatch (offsets,
-      planning, WAL and commit logs);
+      planning, WAL and commit logs); ``planning``: of that, Spark's queryPlanning (analysing,
+      optimising and planning the batch's query on the driver; for ``applyInPandasWithState``
+      it holds one state encoder resolved by a whole analyzer run for each copy of Spark's
+      operator node that planning makes, see docs/operations.md);
     * from the sink's batch records (the slowest sink task of each batch): ``operator`` = the
       task waiting for its input (shuffle read and the keyed operator, snapshots included);
       ``open txn``, ``send``, ``flush`` (pre-commit); ``driver`` = the driver's batch record and
@@ -235,7 +238,8 @@ def attribute(progress, storage) -> dict:
     rows = []
     for b, d in by_batch.items():
         row = {"batch": d.get("triggerExecution"),
-               "spark": d.get("triggerExecution", 0) - d.get("addBatch", 0)}
+               "spark": d.get("triggerExecution", 0) - d.get("addBatch", 0),
+               "planning": d.get("queryPlanning")}
         row.update(state_store_ms(by_progress[b]))
         rec = records.get(b)
         if rec and rec.get("timings"):
