@@ -43,8 +43,8 @@ from typing import Dict, List
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from barrier_kafka.spark_home import compiled_spark_home  # noqa: E402
-from benchmarks.bench_pipeline import (EXTRA_VARIANTS, SHUFFLE_PARTITIONS, VARIANTS,  # noqa: E402
-                                       produce, start_variant)
+from benchmarks.bench_pipeline import (SHUFFLE_PARTITIONS, produce,  # noqa: E402
+                                       required_bootstrap, start_variant, variant_names)
 from benchmarks.bench_sink import make_topic  # noqa: E402
 from benchmarks.bench_source import spark_with_kafka_connector  # noqa: E402
 from kafka_harness.bytecode import compile_library  # noqa: E402
@@ -147,13 +147,8 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--variants", default="native,eo per-key arrow ranges packed")
     args = parser.parse_args()
-    bootstrap = os.environ.get("BARRIER_KAFKA_BOOTSTRAP")
-    if not bootstrap:
-        parser.error("set BARRIER_KAFKA_BOOTSTRAP (python -m kafka_harness broker prints it)")
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = [v for v in variants if v not in VARIANTS + EXTRA_VARIANTS]
-    if unknown:
-        parser.error(f"unknown variants {unknown}; choose from {VARIANTS + EXTRA_VARIANTS}")
+    bootstrap = required_bootstrap(parser)
+    variants = variant_names(parser, args.variants)
     compile_library()
     os.environ["SPARK_HOME"] = str(compiled_spark_home())
     spark = spark_with_kafka_connector("bench-batch-plan-" + uuid.uuid4().hex[:6],

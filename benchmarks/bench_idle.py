@@ -42,8 +42,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from barrier_kafka.spark_home import compiled_spark_home  # noqa: E402
 from benchmarks import process_cpu  # noqa: E402
-from benchmarks.bench_pipeline import (EXTRA_VARIANTS, SHUFFLE_PARTITIONS, VARIANTS,  # noqa: E402
-                                       cell_ratio, final_counts, produce, start_variant)
+from benchmarks.bench_pipeline import (SHUFFLE_PARTITIONS, cell_ratio, final_counts,  # noqa: E402
+                                       produce, required_bootstrap, start_variant, variant_names)
 from benchmarks.bench_sink import make_topic  # noqa: E402
 from benchmarks.bench_source import spark_with_kafka_connector  # noqa: E402
 from benchmarks.visibility import final_count_offsets  # noqa: E402
@@ -127,13 +127,8 @@ def main() -> int:
                         help="comma-separated: 'default' (no trigger set) or seconds")
     parser.add_argument("--variants", default="native,eo per-key arrow ranges packed")
     args = parser.parse_args()
-    bootstrap = os.environ.get("BARRIER_KAFKA_BOOTSTRAP")
-    if not bootstrap:
-        parser.error("set BARRIER_KAFKA_BOOTSTRAP (python -m kafka_harness broker prints it)")
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    unknown = [v for v in variants if v not in VARIANTS + EXTRA_VARIANTS]
-    if unknown:
-        parser.error(f"unknown variants {unknown}; choose from {VARIANTS + EXTRA_VARIANTS}")
+    bootstrap = required_bootstrap(parser)
+    variants = variant_names(parser, args.variants)
     triggers = []
     for t in args.triggers.split(","):
         t = t.strip()

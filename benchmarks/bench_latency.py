@@ -27,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.bench_pipeline import VARIANTS, start_variant  # noqa: E402
+from benchmarks.bench_pipeline import VARIANTS, start_variant, variant_names  # noqa: E402
 from benchmarks.bench_sink import KEYS, make_topic, produce  # noqa: E402
 from benchmarks.bench_source import spark_with_kafka_connector  # noqa: E402
 from benchmarks.visibility import committed_reader  # noqa: E402
@@ -120,7 +120,7 @@ def main() -> int:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     args = parser.parse_args()
     bootstrap = os.environ.get("BARRIER_KAFKA_BOOTSTRAP", "127.0.0.1:39092")
-    variants = [v for v in args.variants.split(",") if v]
+    variants = variant_names(parser, args.variants)
 
     spark = spark_with_kafka_connector("bench-latency", shuffle_partitions=2)
     rows = []

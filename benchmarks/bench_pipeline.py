@@ -174,6 +174,25 @@ def start_exactly_once(spark, bootstrap, src, out, work, batch, per_key: bool, t
                          trigger_s).start()
 
 
+def required_bootstrap(parser) -> str:
+    """``BARRIER_KAFKA_BOOTSTRAP``, or ``parser.error`` (exit 2) saying how to get a broker."""
+    bootstrap = os.environ.get("BARRIER_KAFKA_BOOTSTRAP")
+    if not bootstrap:
+        parser.error("set BARRIER_KAFKA_BOOTSTRAP (python -m kafka_harness broker prints it)")
+    return bootstrap
+
+
+def variant_names(parser, text: str) -> List[str]:
+    """The pipelines a comma-separated ``--variants`` names, in order; ``parser.error`` (exit 2,
+    naming the valid names) for a name that is neither in :data:`VARIANTS` nor in
+    :data:`EXTRA_VARIANTS`."""
+    variants = [v.strip() for v in text.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in VARIANTS + EXTRA_VARIANTS]
+    if unknown:
+        parser.error(f"unknown variants {unknown}; choose from {VARIANTS + EXTRA_VARIANTS}")
+    return variants
+
+
 def start_variant(spark, variant, bootstrap, src, out, work, batch, max_parallelism=16,
                   max_partitions=0, parallelism=None, trigger_s=None):
     """Start the pipeline named ``variant`` (one of :data:`VARIANTS` or :data:`EXTRA_VARIANTS`)
@@ -393,10 +412,7 @@ def main() -> int:
                         help=f"comma-separated, of {VARIANTS + EXTRA_VARIANTS}")
     args = parser.parse_args()
     bootstrap = os.environ.get("BARRIER_KAFKA_BOOTSTRAP", "127.0.0.1:39092")
-    variants = [v for v in args.variants.split(",") if v]
-    unknown = [v for v in variants if v not in VARIANTS + EXTRA_VARIANTS]
-    if unknown:
-        parser.error(f"unknown variants {unknown}; choose from {VARIANTS + EXTRA_VARIANTS}")
+    variants = variant_names(parser, args.variants)
 
     compile_library()
     os.environ["SPARK_HOME"] = str(compiled_spark_home() if args.spark_home == "compiled"

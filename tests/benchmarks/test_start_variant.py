@@ -4,10 +4,13 @@ benchmarks run the real ones)."""
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from benchmarks import bench_pipeline
-from benchmarks.bench_pipeline import EXTRA_VARIANTS, SHUFFLE_PARTITIONS, VARIANTS, start_variant
+from benchmarks.bench_pipeline import (EXTRA_VARIANTS, SHUFFLE_PARTITIONS, VARIANTS,
+                                       required_bootstrap, start_variant, variant_names)
 
 
 @pytest.fixture
@@ -46,3 +49,26 @@ def test_every_exactly_once_name_sets_what_its_words_say(started, name):
 def test_ranges_take_the_parallelism_given(started):
     _start("eo per-record arrow ranges", parallelism=4)
     assert started[0][2]["parallelism"] == 4
+
+
+def test_variant_names_keeps_the_order_and_refuses_an_unknown_name_naming_the_valid_ones(
+        capsys):
+    parser = argparse.ArgumentParser()
+    assert variant_names(parser, " native, eo per-key arrow ranges packed ,") == [
+        "native", "eo per-key arrow ranges packed"]
+    with pytest.raises(SystemExit) as refused:
+        variant_names(parser, "native,eo per-kye")
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert "'eo per-kye'" in err and repr(VARIANTS[1]) in err
+
+
+def test_required_bootstrap_is_the_environments_or_an_error_saying_how_to_start_a_broker(
+        monkeypatch, capsys):
+    parser = argparse.ArgumentParser()
+    monkeypatch.setenv("BARRIER_KAFKA_BOOTSTRAP", "127.0.0.1:39092")
+    assert required_bootstrap(parser) == "127.0.0.1:39092"
+    monkeypatch.delenv("BARRIER_KAFKA_BOOTSTRAP")
+    with pytest.raises(SystemExit):
+        required_bootstrap(parser)
+    assert "python -m kafka_harness broker" in capsys.readouterr().err
