@@ -212,9 +212,9 @@ def start_variant(spark, variant, bootstrap, src, out, work, batch, max_parallel
                               else None, packed="packed" in words)
 
 
-ATTRIBUTION = ("batch", "spark", "planning", "stage 1+sched", "operator", "state upd", "state commit",
-               "snapshot", "upload", "open txn", "send", "flush", "driver", "EndTxn",
-               "new producers")
+ATTRIBUTION = ("batch", "spark", "planning", "stage 1+sched", "operator", "state upd",
+               "state commit", "snapshot", "upload", "open txn", "send", "flush", "driver",
+               "EndTxn", "new producers")
 
 
 def attribute(progress, storage) -> dict:
