@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -47,6 +46,7 @@ from benchmarks.bench_pipeline import (SHUFFLE_PARTITIONS, produce,  # noqa: E40
                                        required_bootstrap, start_variant, variant_names)
 from benchmarks.bench_sink import make_topic  # noqa: E402
 from benchmarks.bench_source import spark_with_kafka_connector  # noqa: E402
+from benchmarks.stage_times import median_ms  # noqa: E402
 from kafka_harness.bytecode import compile_library  # noqa: E402
 
 KEYS = 997
@@ -82,16 +82,13 @@ def summarize(samples: List[dict], top: int = 6) -> dict:
     """Medians over batches' tracker samples: each phase's ms, ``rules ms`` (all rules),
     ``analyzer iter`` and ``encoders`` (see the module docstring), and ``top``: the ``top``
     rules by median ms (a rule a batch did not run counts 0 ms there), as (name, ms)."""
-    def med(values):
-        values = list(values)
-        return statistics.median(values) if values else float("nan")
-
-    out = {p: med(s["phases"].get(p, 0.0) for s in samples) for p in PHASES}
-    out["rules ms"] = med(sum(r[0] for r in s["rules"].values()) for s in samples)
-    out["analyzer iter"] = med(s["rules"].get(ITERATION_RULE, [0, 0, 0])[1] for s in samples)
-    out["encoders"] = med(s["rules"].get(ENCODER_RULE, [0, 0, 0])[2] for s in samples)
+    out = {p: median_ms(s["phases"].get(p, 0.0) for s in samples) for p in PHASES}
+    out["rules ms"] = median_ms(sum(r[0] for r in s["rules"].values()) for s in samples)
+    out["analyzer iter"] = median_ms(s["rules"].get(ITERATION_RULE, [0, 0, 0])[1]
+                                     for s in samples)
+    out["encoders"] = median_ms(s["rules"].get(ENCODER_RULE, [0, 0, 0])[2] for s in samples)
     names = {n for s in samples for n in s["rules"]}
-    by_rule = {n: med(s["rules"].get(n, [0.0])[0] for s in samples) for n in names}
+    by_rule = {n: median_ms(s["rules"].get(n, [0.0])[0] for s in samples) for n in names}
     out["top"] = sorted(by_rule.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
     out["batches"] = len(samples)
     return out
@@ -163,7 +160,7 @@ def main() -> int:
                                   max_partitions)
                 label = "warm-up" if round_no < args.warmup else "counted"
                 print(f"{v}: {len(got)} batches, queryPlanning median "
-                      f"{statistics.median(ms) if ms else float('nan'):.0f} ms ({label})",
+                      f"{median_ms(ms):.0f} ms ({label})",
                       flush=True)
                 if round_no >= args.warmup:
                     samples[v] += got
@@ -179,7 +176,7 @@ def main() -> int:
     summaries = {}
     for v in variants:
         s = summaries[v] = summarize(samples[v])
-        s["queryPlanning"] = statistics.median(planning[v]) if planning[v] else float("nan")
+        s["queryPlanning"] = median_ms(planning[v])
         print(f"{v:<34} {s['batches']:>4} " + " ".join(f"{s[c]:>13.1f}" for c in columns))
     print("\nthe rules that took the most time, median ms a batch")
     for v in variants:
