@@ -1,7 +1,9 @@
-"""Find and abort lingering transactions: open transactions whose transactional.id a sink with a
-given ``transactionalIdPrefix`` made (``<prefix>-b<batch>-p<partition>-e<epoch>``; another
-query's longer prefix such as ``<prefix>-eu`` is never matched). A lingering transaction pins the last stable offset, so ``read_committed``
-consumers of its partitions stop advancing until it ends (Flink's most reported pain).
+"""Find and abort lingering transactions: ``Ongoing`` transactions whose transactional.id a sink
+with a given ``transactionalIdPrefix`` made (``<prefix>-p<task>-a<attempt>-s<slot>``, or
+``<prefix>-b<batch>-p<task>-a<attempt>-e<epoch>``; another query's longer prefix such as
+``<prefix>-eu`` is never matched). A lingering transaction pins the last stable offset, so
+``read_committed`` consumers of its partitions stop advancing until it ends (Flink's most
+reported pain).
 
 Runs on the driver or from the command line::
 
@@ -22,7 +24,13 @@ from barrier_core.kafka_clients import kafka_client
 
 logger = logging.getLogger(__name__)
 
-_OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
+#: The one state of a transaction that waits for a client to end it. A transaction whose EndTxn
+#: returned is decided and listed as ``PrepareCommit`` / ``PrepareAbort`` (``PrepareEpochFence``:
+#: a fence on its way to an abort) until the coordinator has written its markers, then as
+#: ``Complete*``: it ends on its own, and fencing it only waits for that end. Counting those as
+#: lingering made the driver's sweep, which runs right after a checkpoint's commits, fence the
+#: transactions it had just committed.
+_UNDECIDED = "Ongoing"
 
 
 @dataclass(frozen=True)
@@ -56,7 +64,10 @@ def _config_key(kafka_config: Dict[str, object]) -> Tuple:
 
 def list_lingering(kafka_config: Dict[str, object], prefix: str,
                    reuse_client: bool = False) -> List[LingeringTransaction]:
-    """Open transactions of the sink whose transactional-id prefix is ``prefix`` (sorted by id).
+    """Open transactions of the sink whose transactional-id prefix is ``prefix`` (sorted by id):
+    ``Ongoing`` ones, which wait for a client. A transaction whose commit or abort returned is
+    not listed, though brokers show it as ``PrepareCommit`` / ``PrepareAbort`` until its markers
+    are written: it ends on its own.
 
     ``reuse_client``: keep the admin client for this process's next call with the same
     configuration, and use the one kept by the previous call. The driver commit worker sweeps
@@ -103,17 +114,19 @@ def _close_quietly(admin) -> None:
 
 
 def _list(admin, prefix: str) -> List[LingeringTransaction]:
-    listing = admin.list_transactions()
+    # the brokers filter by state: the other rows are every transactional.id their
+    # coordinators still keep, of every producer of the cluster, for days
+    listing = admin.list_transactions(state_filters=[_UNDECIDED])
     ids = sorted({t.transactional_id for rows in listing.values() for t in rows
                   if is_sink_transactional_id(prefix, t.transactional_id)
-                  and str(getattr(t.state, "value", t.state)) in _OPEN_STATES})
+                  and str(getattr(t.state, "value", t.state)) == _UNDECIDED})
     if not ids:
         return []
     now_ms = int(time.time() * 1000)
     out = []
     for tid, desc in _describe(admin, ids).items():
         state = str(getattr(desc.state, "value", desc.state))
-        if state not in _OPEN_STATES:
+        if state != _UNDECIDED:  # decided between the listing and the description
             continue
         start = getattr(desc, "transaction_start_time_ms", -1)
         parts = [f"{tp.topic}-{tp.partition}" if hasattr(tp, "topic") else str(tp)

@@ -186,3 +186,36 @@ def test_the_commit_workers_sweeps_keep_one_admin_client(bootstrap, tmp_topic, m
         abort_handle(conf, handle)
         lingering._close_quietly(lingering._kept.pop(lingering._config_key(conf)))
     assert lingering.list_lingering(conf, prefix) == []
+
+
+def test_a_transaction_being_committed_or_aborted_is_not_lingering(bootstrap, topic_factory):
+    """When EndTxn returns, the transaction is decided: the coordinator writes its markers and
+    ends it on its own, and for a moment lists it as ``PrepareCommit`` / ``PrepareAbort``. The
+    driver sweeps right after committing a checkpoint's transactions; taking those for
+    lingering made the sweep fence a transaction it had just committed (with a warning about a
+    losing attempt, seen in ``bench_latency``) and made every "nothing open" check race the
+    markers. Each transaction here is listed the moment its commit or abort returned."""
+    from kafka import KafkaProducer
+
+    conf = {"bootstrap_servers": bootstrap}
+    topic = topic_factory(2)
+    prefix = "ending-" + uuid.uuid4().hex[:8]
+    producer = KafkaProducer(bootstrap_servers=bootstrap, transactional_id=f"{prefix}-p0-a0-s0")
+    listed = []
+    try:
+        producer.init_transactions()
+        for i in range(120):
+            producer.begin_transaction()
+            for partition in (0, 1):  # markers for two partitions: a longer window
+                producer.send(topic, b"v%d" % i, partition=partition)
+            producer.flush()
+            producer.commit_transaction() if i % 2 == 0 else producer.abort_transaction()
+            listed += [(i, t.state) for t in list_lingering(conf, prefix, reuse_client=True)]
+    finally:
+        producer.close()
+        import barrier_sink.lingering as lingering
+
+        lingering._close_quietly(lingering._kept.pop(lingering._config_key(conf), None))
+    assert listed == []
+    # partition 0 holds the committed half, in order; the aborted half is not readable
+    assert read_committed(bootstrap, topic) == [b"v%d" % i for i in range(0, 120, 2)]
