@@ -31,7 +31,9 @@ Protocol of ``on_batch_committed(N)`` (numbered as in the code):
 ``on_batch_aborted(N)`` (Spark gave up on batch N, also after ``commit(N)`` raised): handles of a
 checkpoint that completed (its ``_metadata`` is written) are never aborted; they are committed
 forward now, or by ``recover`` at the next start. Every other handle of N is aborted and dropped
-from N's record, so no later notification tries to commit it.
+from N's record, so no later notification tries to commit it. Then step 5's sweep runs: the
+tasks that failed or were killed returned no handle, and their open output would otherwise
+wait for the next start (or the transaction timeout).
 
 Scenarios after a crash (as in Flink's notifyCheckpointComplete comment):
 (1) crash before 2: Spark replays N; the replay's tasks fence the attempt's transactions (same
@@ -271,6 +273,14 @@ class SinkCommitter(ABC):
                 logger.warning("batch %d: committing completed checkpoint %d forward failed "
                                "(%s); the next start commits it", batch_id,
                                completed.checkpoint_id, exc)
+        # A task that failed or was killed returned no message, so its open output is in no
+        # record: sweep it now, not at the query's next start, so that it does not pin the
+        # output's read_committed readers while the query is down.
+        try:
+            self.abort_unrecorded(batch_id)
+        except Exception as exc:  # noqa: BLE001 - the next start sweeps again
+            logger.warning("batch %d: sweeping the aborted batch's unrecorded output failed "
+                           "(%s); the next start sweeps it", batch_id, exc)
 
     def notify_checkpoint_complete(self, completed, batch_id: int, coordinator=None) -> None:
         """Commit every uncommitted handle belonging to checkpoints <= ``completed.checkpoint_id``.

@@ -122,8 +122,8 @@ class KafkaSinkCommitter(SinkCommitter):
                 if txn.transactional_id in self._pending_names(b, cache):
                     continue
             logger.warning("%s: open transaction of an attempt no batch record names (a "
-                           "losing speculative or retried attempt, or a crashed run): "
-                           "aborting it", txn.transactional_id)
+                           "losing speculative or retried attempt, a task that failed or was "
+                           "killed, or a crashed run): aborting it", txn.transactional_id)
             fence_and_abort(self.opts.kafka, txn.transactional_id,
                             self.opts.transaction_timeout_ms)
 

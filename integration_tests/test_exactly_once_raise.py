@@ -45,3 +45,34 @@ def test_raise_at_every_protocol_step_then_restart(sink, bootstrap, raise_input,
                       lambda rc: rc not in (0, -9)))  # the failure fails the query
     run_fault_chain(bootstrap, raise_input, output, workdir, group, prefix, RECORDS, chain,
                     BATCH, output_path)
+
+
+def test_a_failed_batch_leaves_no_transaction_open(bootstrap, raise_input, topic_factory,
+                                                   tmp_path):
+    """A sink task raises after pre-committing (the batch's second task to do so); ``local[2]``
+    runs a task once, so the job fails and Spark aborts the batch. The failed task returned no
+    message: before stop 61 its pre-committed transaction stayed open until the query's next
+    start or ``kafka.transaction.timeout.ms`` (15 minutes by default), and held every
+    ``read_committed`` reader of its partitions. Right after the failed run, before any
+    restart, Kafka's own ``kafka-transactions list`` shows none of the sink's transactions;
+    the restart then ends exactly-once."""
+    from integration_tests.pipeline_support import (assert_exactly_once,
+                                                    assert_no_open_transactions,
+                                                    assert_prefix_exactly_once, run_pipeline)
+
+    output = topic_factory(2, prefix="eo_out_failed_batch")
+    workdir = str(tmp_path)
+    group, prefix = f"eo-fail-{uuid.uuid4().hex[:6]}", f"eo-fail-{uuid.uuid4().hex[:6]}"
+    crash_dir = os.path.join(workdir, "fail")
+    rc = run_pipeline(bootstrap, raise_input, output, workdir, group, prefix,
+                      fault_env(crash_dir, fail_at=f"{FaultPoint.AFTER_PRECOMMIT.value}:2"),
+                      max_offsets_per_trigger=BATCH)
+    assert os.path.exists(os.path.join(crash_dir, "failed-after_precommit")), \
+        f"the fault never fired (exit {rc}); see {workdir}/run.log"
+    assert rc not in (0, -9), f"the failure did not fail the query (exit {rc})"
+    assert_no_open_transactions(bootstrap, prefix)
+    assert assert_prefix_exactly_once(bootstrap, output) < RECORDS
+    rc = run_pipeline(bootstrap, raise_input, output, workdir, group, prefix,
+                      max_offsets_per_trigger=BATCH)
+    assert rc == 0, f"final run failed (exit {rc}); see {workdir}/run.log"
+    assert_exactly_once(bootstrap, raise_input, output, workdir, group, prefix, RECORDS)
