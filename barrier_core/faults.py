@@ -45,6 +45,7 @@ CRASH_PGID = "BARRIER_KAFKA_CRASH_PGID"
 class FaultPoint(str, enum.Enum):
     """The protocol steps a fault can be injected at, in protocol order."""
 
+    TASK_OPEN = "task_open"                      # a sink task is about to open a transaction
     TASK_WRITE = "task_write"                    # a sink task wrote its rows, before pre-commit
     AFTER_PRECOMMIT = "after_precommit"          # a task pre-committed but did not return
     COMMIT_BEFORE_RECORD = "commit_before_record"  # driver commit received the messages

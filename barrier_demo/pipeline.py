@@ -138,8 +138,10 @@ def is_caught_up(cfg: PipelineConfig, ends: Dict[str, int]) -> bool:
 
 
 def run_until_caught_up(spark, cfg: PipelineConfig, timeout_s: float = 600.0,
-                        progress=None) -> float:
-    """Run the pipeline until every input record is committed; returns the seconds it took."""
+                        progress=None, stop_when: Optional[str] = None) -> float:
+    """Run the pipeline until every input record is committed, or until the file
+    ``stop_when`` exists (then ``query.stop()`` at once, wherever the batch is); returns the
+    seconds it took."""
     ends = input_end_offsets(cfg.bootstrap, cfg.input_topic)
     started = time.monotonic()
     query = start_pipeline(spark, cfg)
@@ -149,9 +151,11 @@ def run_until_caught_up(spark, cfg: PipelineConfig, timeout_s: float = 600.0,
                 raise query.exception()
             if time.monotonic() - started > timeout_s:
                 raise TimeoutError(f"pipeline did not commit all input within {timeout_s:.0f}s")
+            if stop_when is not None and os.path.exists(stop_when):
+                break
             if progress is not None:
                 progress(completed_offsets(cfg), ends)
-            query.awaitTermination(0.5)
+            query.awaitTermination(0.5 if stop_when is None else 0.02)
     finally:
         query.stop()
     return time.monotonic() - started
@@ -189,6 +193,9 @@ def main(argv=None) -> int:
                         help="start from this checkpoint (chk-<n>) or savepoint "
                              "(savepoints/<name>) of the workdir's storage")
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--stop-when", default=None, metavar="FILE",
+                        help="tests: query.stop() as soon as FILE exists, wherever the "
+                             "batch is, then exit")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     from barrier_core.faults import record_pipeline_group
@@ -211,8 +218,11 @@ def main(argv=None) -> int:
                                               for o in args.source_option),
                          restore_from=args.restore_from,
                          incremental_checkpoints=args.incremental_checkpoints)
-    took = run_until_caught_up(spark, cfg, args.timeout)
-    print(json.dumps({"caught_up_seconds": round(took, 1)}), flush=True)
+    took = run_until_caught_up(spark, cfg, args.timeout, stop_when=args.stop_when)
+    if args.stop_when is not None and os.path.exists(args.stop_when):
+        print(json.dumps({"stopped_after_seconds": round(took, 1)}), flush=True)
+    else:
+        print(json.dumps({"caught_up_seconds": round(took, 1)}), flush=True)
     spark.stop()
     return 0
 

@@ -33,7 +33,9 @@ checkpoint that completed (its ``_metadata`` is written) are never aborted; they
 forward now, or by ``recover`` at the next start. Every other handle of N is aborted and dropped
 from N's record, so no later notification tries to commit it. Then step 5's sweep runs: the
 tasks that failed or were killed returned no handle, and their open output would otherwise
-wait for the next start (or the transaction timeout).
+wait for the next start (or the transaction timeout). When a task returned nothing, the sweep
+repeats for ``cancelled_task_grace_s``: a task that Spark is still cancelling can open output
+after the first sweep.
 
 Scenarios after a crash (as in Flink's notifyCheckpointComplete comment):
 (1) crash before 2: Spark replays N; the replay's tasks fence the attempt's transactions (same
@@ -91,10 +93,17 @@ class SinkCommitter(ABC):
         """The handle's own transaction (transactional.id / staged path), for logs and to tell
         two attempts of one slot apart. Runs in the driver commit worker."""
 
-    def abort_unrecorded(self, batch_id: Optional[int]) -> None:
+    #: After aborting a batch one of whose tasks sent no message, keep sweeping this long
+    #: (seconds) for output that a task being cancelled opens late; 0: sweep once.
+    cancelled_task_grace_s = 0.0
+    SWEEP_INTERVAL_S = 0.25
+
+    def abort_unrecorded(self, batch_id: Optional[int]) -> Optional[int]:
         """Abort open output of this sink that belongs to batches <= ``batch_id`` (None: any)
         and that no batch record names as uncommitted (losing speculative attempts, attempts
-        of a crashed run). Default: nothing. Runs in the driver commit worker."""
+        of a crashed run); returns how many it aborted. Default: nothing. Runs in the driver
+        commit worker."""
+        return 0
 
     def _pending_names(self, batch_id: int, cache: dict) -> set:
         """Transaction names of batch ``batch_id``'s recorded, uncommitted handles."""
@@ -237,10 +246,12 @@ class SinkCommitter(ABC):
             return epoch <= completed.checkpoint_id
         return batch_id <= completed.completion_batch
 
-    def on_batch_aborted(self, batch_id: int, messages: Iterable[SinkCommitMessage]) -> None:
-        """Spark aborted batch N (a task failed, or ``commit(N)`` raised): see the module
-        docstring. Output of a completed checkpoint is committed forward, never aborted.
-        Runs in the driver commit worker."""
+    def on_batch_aborted(self, batch_id: int, messages: Iterable[SinkCommitMessage],
+                         all_tasks_returned: bool = True) -> None:
+        """Spark aborted batch N (a task failed or was cancelled, or ``commit(N)`` raised): see
+        the module docstring. Output of a completed checkpoint is committed forward, never
+        aborted. ``all_tasks_returned`` is False when a task sent no message (it failed, or
+        it is being cancelled and may still write). Runs in the driver commit worker."""
         record = self.load_batch(batch_id)
         coordinator = self._coordinator_factory()
         completed = coordinator.latest_completed()
@@ -276,11 +287,34 @@ class SinkCommitter(ABC):
         # A task that failed or was killed returned no message, so its open output is in no
         # record: sweep it now, not at the query's next start, so that it does not pin the
         # output's read_committed readers while the query is down.
-        try:
-            self.abort_unrecorded(batch_id)
-        except Exception as exc:  # noqa: BLE001 - the next start sweeps again
-            logger.warning("batch %d: sweeping the aborted batch's unrecorded output failed "
-                           "(%s); the next start sweeps it", batch_id, exc)
+        self._sweep_aborted_batch(batch_id, all_tasks_returned)
+
+    def _sweep_aborted_batch(self, batch_id: int, all_tasks_returned: bool) -> None:
+        """Sweep after an abort (driver commit worker). When a task did not return, sweep
+        again every :attr:`SWEEP_INTERVAL_S` for :attr:`cancelled_task_grace_s`: Spark fails the
+        job, and aborts, as soon as it *asks* the other tasks to stop, and a task being
+        cancelled can run on in its Python worker for a moment and open (and pre-commit) a
+        transaction after the first sweep (seen when a query is stopped in the middle of a
+        batch). A sweep failure is only logged: the next start sweeps again."""
+        started = time.monotonic()
+        deadline = started + (0.0 if all_tasks_returned else self.cancelled_task_grace_s)
+        first = True
+        while True:
+            try:
+                aborted = self.abort_unrecorded(batch_id)
+            except Exception as exc:  # noqa: BLE001 - the next start sweeps again
+                logger.warning("batch %d: sweeping the aborted batch's unrecorded output "
+                               "failed (%s); the next start sweeps it", batch_id, exc)
+                return
+            if aborted and not first:
+                logger.warning("batch %d: %d output(s) of tasks being cancelled appeared after "
+                               "the abort's first sweep; aborted %.1f s after it", batch_id,
+                               aborted, time.monotonic() - started)
+            first = False
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(self.SWEEP_INTERVAL_S, left))
 
     def notify_checkpoint_complete(self, completed, batch_id: int, coordinator=None) -> None:
         """Commit every uncommitted handle belonging to checkpoints <= ``completed.checkpoint_id``.

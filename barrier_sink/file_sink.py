@@ -55,11 +55,12 @@ class FileSinkCommitter(SinkCommitter):
         """The staged file of the handle (driver commit worker)."""
         return handle["staged"]
 
-    def abort_unrecorded(self, batch_id: Optional[int]) -> None:
+    def abort_unrecorded(self, batch_id: Optional[int]) -> int:
         """Delete staged files of batches <= ``batch_id`` (None: any) that no batch record names
-        as uncommitted: losing speculative or retried attempts, debris of a crashed run.
-        Runs in the driver commit worker."""
+        as uncommitted: losing speculative or retried attempts, debris of a crashed run;
+        returns how many. Runs in the driver commit worker."""
         cache: dict = {}
+        deleted = 0
         for rel in self.store.list("_staging/"):
             m = _STAGED_RE.search(rel)
             if m is None:
@@ -73,6 +74,8 @@ class FileSinkCommitter(SinkCommitter):
             logger.warning("%s: staged file of an attempt no batch record names: deleting it",
                            staged)
             self.store.delete(staged)
+            deleted += 1
+        return deleted
 
     def commit_handle(self, handle: dict) -> None:
         """Publish the staged file under its final name; idempotent (driver commit worker)."""

@@ -161,6 +161,7 @@ class TwoPhaseCommitWriter(_StreamWriterBase, ABC):
         def txn_of(epoch):
             txn = txns.get(epoch)
             if txn is None:
+                fault_point(FaultPoint.TASK_OPEN)
                 with clock.measure("open_ms"):
                     txn = txns[epoch] = self.begin_transaction(batch_id, partition_id, attempt,
                                                                epoch)
@@ -264,7 +265,9 @@ class TwoPhaseCommitWriter(_StreamWriterBase, ABC):
     def abort(self, messages: List[SinkCommitMessage], batchId: int) -> None:
         """Spark gave up on batch ``batchId``: abort its transactions, except those of a
         completed checkpoint (driver commit worker)."""
-        self.committer().on_batch_aborted(batchId, [m for m in messages if m is not None])
+        returned = [m for m in messages if m is not None]
+        self.committer().on_batch_aborted(batchId, returned,
+                                          all_tasks_returned=len(returned) == len(messages))
 
     def recover_once(self) -> None:
         """Driver, when Spark creates the writer (before each batch's tasks and in the commit

@@ -76,3 +76,34 @@ def test_a_failed_batch_leaves_no_transaction_open(bootstrap, raise_input, topic
                       max_offsets_per_trigger=BATCH)
     assert rc == 0, f"final run failed (exit {rc}); see {workdir}/run.log"
     assert_exactly_once(bootstrap, raise_input, output, workdir, group, prefix, RECORDS)
+
+
+
+def test_a_query_stopped_while_a_task_opens_its_transaction_leaves_none_open(
+        bootstrap, raise_input, topic_factory, tmp_path):
+    """``query.stop()`` while a sink task is about to open its transaction (a test-only delay
+    holds the first task there for 1.5 s): Spark fails the job and aborts the batch at once,
+    while the batch's tasks are still being cancelled. In random stops of 1-second batches
+    (stop 61) such tasks opened their transactions after the abort's sweep, and those stayed
+    open until the next start or ``kafka.transaction.timeout.ms``; since stop 62 the abort keeps
+    sweeping for a few seconds when a task returned nothing. After the stopped run has ended
+    (Spark stopped, so none of its tasks can still write), Kafka's own ``kafka-transactions
+    list`` shows none of the sink's transactions open; a restart then ends exactly-once."""
+    from integration_tests.pipeline_support import (assert_exactly_once,
+                                                    assert_no_open_transactions, run_pipeline)
+
+    output = topic_factory(2, prefix="eo_out_stopped")
+    workdir = str(tmp_path)
+    group, prefix = f"eo-stop-{uuid.uuid4().hex[:6]}", f"eo-stop-{uuid.uuid4().hex[:6]}"
+    crash_dir = os.path.join(workdir, "stop")
+    delayed = os.path.join(crash_dir, f"delayed-{FaultPoint.TASK_OPEN.value}")
+    rc = run_pipeline(bootstrap, raise_input, output, workdir, group, prefix,
+                      fault_env(crash_dir, delay_at=f"{FaultPoint.TASK_OPEN.value}:1:1.5"),
+                      max_offsets_per_trigger=BATCH, extra_args=("--stop-when", delayed))
+    assert rc == 0, f"the stopped run failed (exit {rc}); see {workdir}/run.log"
+    assert os.path.exists(delayed), f"no task reached the delay; see {workdir}/run.log"
+    assert_no_open_transactions(bootstrap, prefix)
+    rc = run_pipeline(bootstrap, raise_input, output, workdir, group, prefix,
+                      max_offsets_per_trigger=BATCH)
+    assert rc == 0, f"final run failed (exit {rc}); see {workdir}/run.log"
+    assert_exactly_once(bootstrap, raise_input, output, workdir, group, prefix, RECORDS)

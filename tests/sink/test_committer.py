@@ -58,11 +58,14 @@ class FakeCommitter(SinkCommitter):
 
     def abort_unrecorded(self, batch_id):
         cache: dict = {}
+        aborted = 0
         for name, state in list(self.txns.state.items()):
             b = int(name.split("-")[0][1:])
             if state == "open" and (batch_id is None or b <= batch_id) \
                     and name not in self._pending_names(b, cache):
                 self.txns.abort(name)
+                aborted += 1
+        return aborted
 
 
 @pytest.fixture
@@ -292,3 +295,39 @@ def test_a_query_on_a_wiped_storage_is_not_misled_by_what_this_process_remembers
     committer().on_batch_committed(0, first)
     committer().on_batch_committed(1, batch_sealing(txns, clock, 1, 1, attempt=5))
     assert txns.state["b0-p0-a5-e1"] == txns.state["b0-p1-a5-e1"] == "committed"
+
+
+class LateOpeningCommitter(FakeCommitter):
+    """A task Spark is cancelling opens its transaction right after the abort's first sweep."""
+
+    def __init__(self, backend, factory, txns, late_name) -> None:
+        super().__init__(backend, factory, txns)
+        self.late_name, self.sweeps = late_name, 0
+        self.cancelled_task_grace_s = 0.6
+
+    def abort_unrecorded(self, batch_id):
+        aborted = super().abort_unrecorded(batch_id)
+        self.sweeps += 1
+        if self.sweeps == 1:
+            self.txns.open(self.late_name)
+        return aborted
+
+
+@pytest.mark.parametrize("all_returned", [False, True])
+def test_an_abort_with_a_task_missing_keeps_sweeping_for_the_grace(env, all_returned, caplog):
+    """A task sent no message (Spark is cancelling it): the abort sweeps again during
+    ``cancelled_task_grace_s``, so a transaction the task opens after the first sweep is aborted
+    before the abort returns. When every task returned, one sweep (no task can still write)."""
+    committer, txns, clock = env
+    committer().on_batch_committed(0, batch_sealing(txns, clock, 0, 1))
+    c = committer()
+    late = LateOpeningCommitter(c.backend, c._coordinator_factory, txns, "b1-p1-a0-e2")
+    m0 = [message(1, 0, [handle(txns, 1, 0, 2)])]
+    late.on_batch_aborted(1, m0, all_tasks_returned=all_returned)
+    assert txns.state["b1-p0-a0-e2"] == "aborted"
+    if all_returned:
+        assert late.sweeps == 1 and txns.state["b1-p1-a0-e2"] == "open"
+    else:
+        assert late.sweeps > 1 and txns.state["b1-p1-a0-e2"] == "aborted"
+        assert "1 output(s) of tasks being cancelled appeared after the abort's first " \
+               "sweep" in caplog.text
