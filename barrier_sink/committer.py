@@ -98,11 +98,11 @@ class SinkCommitter(ABC):
     cancelled_task_grace_s = 0.0
     SWEEP_INTERVAL_S = 0.25
 
-    def abort_unrecorded(self, batch_id: Optional[int]) -> Optional[int]:
+    def abort_unrecorded(self, batch_id: Optional[int]) -> int:
         """Abort open output of this sink that belongs to batches <= ``batch_id`` (None: any)
         and that no batch record names as uncommitted (losing speculative attempts, attempts
-        of a crashed run); returns how many it aborted. Default: nothing. Runs in the driver
-        commit worker."""
+        of a crashed run); returns how many it aborted. Default: nothing to abort (0). Runs in
+        the driver commit worker."""
         return 0
 
     def _pending_names(self, batch_id: int, cache: dict) -> set:

@@ -78,7 +78,6 @@ def test_a_failed_batch_leaves_no_transaction_open(bootstrap, raise_input, topic
     assert_exactly_once(bootstrap, raise_input, output, workdir, group, prefix, RECORDS)
 
 
-
 def test_a_query_stopped_while_a_task_opens_its_transaction_leaves_none_open(
         bootstrap, raise_input, topic_factory, tmp_path):
     """``query.stop()`` while a sink task is about to open its transaction (a test-only delay
