@@ -41,6 +41,11 @@ class PipelineConfig:
     sink_options: Tuple[Tuple[str, str], ...] = ()  # more options of the 2PC sink
     source_options: Tuple[Tuple[str, str], ...] = ()  # more (or overriding) source options
     incremental_checkpoints: bool = False  # keyed_process writes deltas of the touched keys
+    #: keyed_process's ``parallelism`` (ranges of key groups a call; None: one call a key
+    #: group) and ``records_format`` ("pandas" or "arrow"): the settings operations.md
+    #: recommends are a parallelism equal to the shuffle partitions and "arrow".
+    parallelism: Optional[int] = None
+    records_format: str = "pandas"
 
     @property
     def storage(self) -> str:
@@ -59,9 +64,12 @@ def start_pipeline(spark, cfg: PipelineConfig, sink: str = "barrier-kafka",
     instead of the two-phase-commit one (benchmarks; needs spark-sql-kafka-0-10 on the
     classpath).
     """
+    from barrier_kafka.spark_checkpoint import clear_dead_first_writes
     from barrier_ops.operator import keyed_process
     from barrier_ops.passthrough import records_only
 
+    # A crash in the first batch's offset-log write would make Spark 4.1+ refuse every restart.
+    clear_dead_first_writes(cfg.spark_checkpoint)
     src = (spark.readStream.format("barrier-kafka")
            .option("kafka.bootstrap.servers", cfg.bootstrap)
            .option("subscribe", cfg.input_topic)
@@ -77,7 +85,8 @@ def start_pipeline(spark, cfg: PipelineConfig, sink: str = "barrier-kafka",
     counted = keyed_process(src.load(), "key", RunningCount(), OUTPUT_SCHEMA,
                             operator_id="running-count", state_backend=cfg.storage,
                             max_parallelism=cfg.max_parallelism, restore_from=cfg.restore_from,
-                            incremental_checkpoints=cfg.incremental_checkpoints)
+                            incremental_checkpoints=cfg.incremental_checkpoints,
+                            parallelism=cfg.parallelism, records_format=cfg.records_format)
     if sink == "spark-kafka":
         writer = (records_only(counted).select("key", "value").writeStream.format("kafka")
                   .option("kafka.bootstrap.servers", cfg.bootstrap)
@@ -189,6 +198,14 @@ def main(argv=None) -> int:
     parser.add_argument("--incremental-checkpoints", action="store_true",
                         help="the keyed operator checkpoints only the keys touched since the "
                              "previous checkpoint (keyed_process incremental_checkpoints)")
+    parser.add_argument("--parallelism", type=int, default=None,
+                        help="the keyed operator's parallelism: Spark calls it once a batch "
+                             "for each of this many ranges of key groups (keyed_process "
+                             "parallelism; a checkpointLocation keeps the value it started "
+                             "with)")
+    parser.add_argument("--records-format", choices=("pandas", "arrow"), default="pandas",
+                        help="how the keyed operator hands each key's records to the "
+                             "function (keyed_process records_format)")
     parser.add_argument("--restore-from", default=None, metavar="PATH",
                         help="start from this checkpoint (chk-<n>) or savepoint "
                              "(savepoints/<name>) of the workdir's storage")
@@ -217,7 +234,8 @@ def main(argv=None) -> int:
                          source_options=tuple(tuple(o.split("=", 1))
                                               for o in args.source_option),
                          restore_from=args.restore_from,
-                         incremental_checkpoints=args.incremental_checkpoints)
+                         incremental_checkpoints=args.incremental_checkpoints,
+                         parallelism=args.parallelism, records_format=args.records_format)
     took = run_until_caught_up(spark, cfg, args.timeout, stop_when=args.stop_when)
     if args.stop_when is not None and os.path.exists(args.stop_when):
         print(json.dumps({"stopped_after_seconds": round(took, 1)}), flush=True)

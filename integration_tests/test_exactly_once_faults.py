@@ -199,3 +199,29 @@ def test_checkpoint_expired_in_a_running_query(bootstrap, kafka_admin, topic_fac
         [(s.checkpoint_id, s.status, s.failure_reason) for s in stats]
     assert max(s.checkpoint_id for s in stats) > expired[0].checkpoint_id
     assert_exactly_once(bootstrap, topic, output, workdir, group, prefix, 20_000)
+
+
+def test_a_kill_in_the_first_offset_log_write_does_not_block_the_restart(bootstrap, kafka_admin,
+                                                                       topic_factory, tmp_path):
+    """The random-kill test once killed a new pipeline while Spark wrote ``offsets/0``: the kill
+    left Spark's temporary ``offsets/.0.<uuid>.tmp`` (and its checksum), and on Spark 4.1+ every
+    restart then failed at once with STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY. The same
+    leftovers are laid here; the restarted pipeline (which clears them before ``start()``,
+    ``barrier_kafka.spark_checkpoint``) runs to the end exactly once."""
+    from tests.test_spark_checkpoint import dead_write
+
+    records = 6_000
+    topic = produce_input(kafka_admin, bootstrap, records, KEYS)
+    output = topic_factory(2, prefix="eo_out_dead_first_write")
+    workdir = str(tmp_path)
+    group, prefix = f"eo-dfw-{uuid.uuid4().hex[:6]}", f"eo-dfw-{uuid.uuid4().hex[:6]}"
+    location = os.path.join(workdir, "spark-checkpoint")
+    os.makedirs(location)
+    with open(os.path.join(location, "metadata"), "w") as f:  # the killed run's first write
+        f.write('{"id":"%s"}' % uuid.uuid4())
+    dead = dead_write(location)
+    rc = run_pipeline(bootstrap, topic, output, workdir, group, prefix,
+                      max_offsets_per_trigger=2_000)
+    assert rc == 0, f"the restart failed (exit {rc}); see {workdir}/run.log"
+    assert not any(os.path.exists(p) for p in dead)
+    assert_exactly_once(bootstrap, topic, output, workdir, group, prefix, records)
