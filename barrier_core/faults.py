@@ -45,6 +45,8 @@ CRASH_PGID = "BARRIER_KAFKA_CRASH_PGID"
 class FaultPoint(str, enum.Enum):
     """The protocol steps a fault can be injected at, in protocol order."""
 
+    OPERATOR_SNAPSHOT = "operator_snapshot"      # a keyed operator call's snapshots are
+    #                                              durable, their acknowledgements not emitted
     TASK_OPEN = "task_open"                      # a sink task is about to open a transaction
     TASK_WRITE = "task_write"                    # a sink task wrote its rows, before pre-commit
     AFTER_PRECOMMIT = "after_precommit"          # a task pre-committed but did not return

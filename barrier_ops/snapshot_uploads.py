@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import List, Optional, Tuple
 
 from barrier_core.ack import Acknowledgement
+from barrier_core.faults import FaultPoint, fault_point
 from barrier_core.schema import KIND_ACK
 
 #: Concurrent uploads per Python worker.
@@ -133,6 +134,8 @@ class SnapshotUploads:
         if first_error is not None:
             raise first_error
         _make_durable(pending)
+        if pending:  # a storage failure after the blobs landed, before any acknowledgement
+            fault_point(FaultPoint.OPERATOR_SNAPSHOT)
         for p, ms in zip(pending, upload_ms):
             ack = replace(p.ack, metrics=replace(p.ack.metrics, async_ms=round(ms, 3)))
             out.add_control(kind=KIND_ACK, checkpoint_id=int(ack.checkpoint_id), topic=p.topic,

@@ -17,6 +17,13 @@ from barrier_core import faults
 from kafka_harness.topics import create_topic
 
 PIPELINE_TIMEOUT_S = 900
+#: ``barrier_demo.pipeline`` arguments: the keyed operator with the settings docs/operations.md
+#: recommends (one call a batch for each of 2 ranges of key groups, the shuffle partitions;
+#: each key's records as Arrow). A checkpointLocation keeps the parallelism it started with.
+RECOMMENDED_OPERATOR = ("--parallelism", "2", "--records-format", "arrow")
+#: The source packing its records per key group of the pipeline's operator (its
+#: max_parallelism is 16); a checkpointLocation may switch it on and off between runs.
+PACKED_SOURCE = ("--source-option", "packedKeyGroups=16")
 
 
 def produce_input(admin, bootstrap: str, records: int, keys: int, partitions: int = 4) -> str:

@@ -20,7 +20,8 @@ import uuid
 import pytest
 
 from barrier_core.faults import fault_env
-from integration_tests.pipeline_support import (assert_exactly_once, produce_input,
+from integration_tests.pipeline_support import (PACKED_SOURCE, RECOMMENDED_OPERATOR,
+                                                assert_exactly_once, produce_input,
                                                 run_notebook_process, run_pipeline)
 from integration_tests.test_notebooks import CHECKS, NOTEBOOK_DIR
 from kafka_harness.spark_cluster import StandaloneCluster
@@ -48,9 +49,17 @@ def _non_first_winners(workdir: str) -> set:
     return out
 
 
+#: The operator's layouts the attempts run in: ``keyed_process``'s defaults (one call a key
+#: group, pandas records), and the settings docs/operations.md recommends (a call a range of key
+#: groups, Arrow records, the source's packed rows), where a retried or speculative attempt
+#: runs a whole range again and writes its key groups' snapshots beside the other attempt's.
+LAYOUTS = {"defaults": [], "recommended": [*RECOMMENDED_OPERATOR, *PACKED_SOURCE]}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_retried_and_speculative_attempts_on_a_standalone_cluster(cluster, bootstrap,
                                                                   kafka_admin, topic_factory,
-                                                                  tmp_path):
+                                                                  tmp_path, layout):
     topic = produce_input(kafka_admin, bootstrap, RECORDS, KEYS)
     output = topic_factory(2, prefix="eo_cluster")
     workdir = str(tmp_path)
@@ -59,7 +68,7 @@ def test_retried_and_speculative_attempts_on_a_standalone_cluster(cluster, boots
     env = fault_env(crash_dir, fail_at="task_write:3", delay_at="task_write:7:12")
     rc = run_pipeline(bootstrap, topic, output, workdir, group, prefix, env,
                       max_offsets_per_trigger=3_000,
-                      extra_args=["--master", cluster.url, "--speculation"])
+                      extra_args=["--master", cluster.url, "--speculation"] + LAYOUTS[layout])
     assert rc == 0, f"pipeline on the cluster failed (exit {rc}); see {workdir}/run.log"
     assert os.path.exists(os.path.join(crash_dir, "failed-task_write")), "no task failed"
     assert os.path.exists(os.path.join(crash_dir, "delayed-task_write")), "no task was slow"

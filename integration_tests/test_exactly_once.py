@@ -24,6 +24,7 @@ KEYS = 997
 # (crash point, occurrence): the occurrence puts the crash after at least one completed
 # checkpoint, so recovery has committed and uncommitted work to tell apart.
 CRASH_POINTS = [
+    (FaultPoint.OPERATOR_SNAPSHOT, 3),
     (FaultPoint.TASK_WRITE, 3),
     (FaultPoint.AFTER_PRECOMMIT, 3),
     (FaultPoint.COMMIT_BEFORE_RECORD, 2),

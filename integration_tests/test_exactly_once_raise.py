@@ -18,7 +18,8 @@ import uuid
 import pytest
 
 from barrier_core.faults import FaultPoint, fault_env
-from integration_tests.pipeline_support import produce_input, run_fault_chain
+from integration_tests.pipeline_support import (PACKED_SOURCE, RECOMMENDED_OPERATOR,
+                                                produce_input, run_fault_chain)
 
 RECORDS = 80_000
 KEYS = 499
@@ -45,6 +46,25 @@ def test_raise_at_every_protocol_step_then_restart(sink, bootstrap, raise_input,
                       lambda rc: rc not in (0, -9)))  # the failure fails the query
     run_fault_chain(bootstrap, raise_input, output, workdir, group, prefix, RECORDS, chain,
                     BATCH, output_path)
+
+
+def test_a_range_call_whose_snapshot_store_fails_then_restart(bootstrap, raise_input,
+                                                               topic_factory, tmp_path):
+    """With the recommended settings, one keyed operator call runs a whole range of key groups
+    and stores their snapshots together. The call's second store to fail raises after its
+    blobs landed and before any acknowledgement left (as a storage error while making them
+    durable would): the task, the batch and the query fail. Committed output stays a
+    duplicate-free prefix, and the restart, which writes the same snapshot paths again, ends
+    exactly-once (no open transaction, group offsets at the last completed checkpoint)."""
+    output = topic_factory(2, prefix="eo_out_range_snapshot")
+    workdir = str(tmp_path)
+    group, prefix = f"eo-rsnap-{uuid.uuid4().hex[:6]}", f"eo-rsnap-{uuid.uuid4().hex[:6]}"
+    point = FaultPoint.OPERATOR_SNAPSHOT.value
+    crash_dir = os.path.join(workdir, "fail")
+    chain = [(point, fault_env(crash_dir, fail_at=f"{point}:3"),
+              os.path.join(crash_dir, f"failed-{point}"), lambda rc: rc not in (0, -9))]
+    run_fault_chain(bootstrap, raise_input, output, workdir, group, prefix, RECORDS, chain,
+                    BATCH, extra_args=RECOMMENDED_OPERATOR + PACKED_SOURCE)
 
 
 def test_a_failed_batch_leaves_no_transaction_open(bootstrap, raise_input, topic_factory,

@@ -26,58 +26,71 @@ from collections import Counter
 import pytest
 
 from barrier_demo.verify import read_topic
-from integration_tests.pipeline_support import (assert_no_open_transactions,
+from integration_tests.pipeline_support import (PACKED_SOURCE, assert_no_open_transactions,
                                                 assert_offsets_committed, kill_at_random_times,
                                                 run_pipeline, start_pipeline_process)
 from kafka_harness.tools import verifiable_produce
 from kafka_harness.topics import create_topic
 
 
-def _kills() -> int:
+def _kills(default: int = 20) -> int:
     if os.environ.get("BARRIER_KAFKA_RANDOM_KILLS"):
         return int(os.environ["BARRIER_KAFKA_RANDOM_KILLS"])
-    return 100 if os.environ.get("BARRIER_KAFKA_SLOW") else 20
+    return 100 if os.environ.get("BARRIER_KAFKA_SLOW") else default
 
 
 KILLS = _kills()
-# Enough input that no run finishes before its kill, however many kills (90,000 for 20).
-RECORDS = 4_500 * KILLS
 KEYS = 97
 BATCH = 3_000
-#: The pipeline's arguments for a packed run (its operator's max_parallelism is 16).
-PACKED = ("--source-option", "packedKeyGroups=16")
 
 
-@pytest.mark.timeout(300 + 25 * KILLS)  # each kill: up to 14 s of run plus a restart
-def test_sigkill_at_uniformly_random_times(bootstrap, kafka_admin, topic_factory, tmp_path):
+def records_for(kills: int, per_kill: int = 4_500) -> int:
+    """Enough input that no run finishes before its kill, however many kills (90,000 for 20
+    with the defaults' 4,500 a kill; a faster layout needs more a kill)."""
+    return per_kill * kills
+
+
+def kill_at_random_then_exactly_once(bootstrap, kafka_admin, topic_factory, tmp_path,
+                                     kills: int, args=(), per_kill: int = 4_500):
+    """``kills`` SIGKILLs at uniformly random times of a pipeline run with ``args`` (the
+    source's packed rows on every other run, and on the last), then a last run: every input
+    record is in the ``read_committed`` output exactly once, nothing is open, and the group is
+    at the last completed checkpoint (the module docstring)."""
     seed = int(os.environ.get("BARRIER_KAFKA_RANDOM_SEED", random.randrange(1 << 30)))
     print(f"random kill seed: {seed} (replay with BARRIER_KAFKA_RANDOM_SEED={seed})")
     rng = random.Random(seed)
+    records = records_for(kills, per_kill)
     topic = create_topic(kafka_admin, "eo_rand_in_" + uuid.uuid4().hex[:8], 4)
-    verifiable_produce(bootstrap, topic, RECORDS, KEYS)
+    verifiable_produce(bootstrap, topic, records, KEYS)
     output = topic_factory(2, prefix="eo_rand_out")
     workdir = str(tmp_path)
     group, prefix = f"eo-rand-{uuid.uuid4().hex[:6]}", f"eo-rand-{uuid.uuid4().hex[:6]}"
     runs = []
 
     def start():
-        runs.append(PACKED if len(runs) % 2 else ())
+        runs.append(tuple(args) + (PACKED_SOURCE if len(runs) % 2 else ()))
         return start_pipeline_process(bootstrap, topic, output, workdir, group, prefix,
                                       max_offsets_per_trigger=BATCH, extra_args=runs[-1])
 
-    kill_at_random_times(rng, KILLS, start, bootstrap, output)
+    visible = kill_at_random_times(rng, kills, start, bootstrap, output)
+    print(f"output visible after each kill: {visible} (the last run does the rest)")
     rc = run_pipeline(bootstrap, topic, output, workdir, group, prefix,
-                      max_offsets_per_trigger=BATCH, extra_args=PACKED)
+                      max_offsets_per_trigger=BATCH, extra_args=tuple(args) + PACKED_SOURCE)
     assert rc == 0, f"final run failed (exit {rc}); see {workdir}/run.log"
     sequence = Counter()
     for value in read_topic(bootstrap, output):
         key, _, i = value.decode().rpartition(":")
         sequence[int(key) + (int(i) - 1) * KEYS] += 1
-    lost = [s for s in range(RECORDS) if sequence[s] == 0]
+    lost = [s for s in range(records) if sequence[s] == 0]
     duplicated = {s: n for s, n in sequence.items() if n > 1}
-    unexpected = [s for s in sequence if not 0 <= s < RECORDS]
-    print(f"random kills: {KILLS} kills, {RECORDS} records, {len(lost)} lost, "
+    unexpected = [s for s in sequence if not 0 <= s < records]
+    print(f"random kills: {kills} kills, {records} records, {len(lost)} lost, "
           f"{len(duplicated)} duplicated, {len(unexpected)} unexpected")
     assert (lost[:5], list(duplicated.items())[:5], unexpected[:5]) == ([], [], [])
     assert_no_open_transactions(bootstrap, prefix)
-    assert_offsets_committed(bootstrap, topic, workdir, group, RECORDS)
+    assert_offsets_committed(bootstrap, topic, workdir, group, records)
+
+
+@pytest.mark.timeout(300 + 25 * KILLS)  # each kill: up to 14 s of run plus a restart
+def test_sigkill_at_uniformly_random_times(bootstrap, kafka_admin, topic_factory, tmp_path):
+    kill_at_random_then_exactly_once(bootstrap, kafka_admin, topic_factory, tmp_path, KILLS)

@@ -218,3 +218,32 @@ def test_a_snapshot_folder_that_cannot_be_synced_fails_the_call_without_acknowle
     with pytest.raises(StateBackendError, match="could not sync"):
         run_range(opts, CountPerKey(), "key", ["word", "count"], 0, None, parts, 0)
     assert len(backend.syncs) == 1 and len(backend.stored) == MAXP
+
+
+@pytest.mark.parametrize("switch", ["1", None])
+def test_the_operator_snapshot_fault_raises_after_the_blobs_land_and_before_any_ack(
+        tmp_path, monkeypatch, switch):
+    """``operator_snapshot`` (the exactly-once suites raise and kill there): armed, a range
+    call fails once all of its key groups' snapshots are stored and before it emits any
+    acknowledgement; the first armed arrival is the first call that took snapshots. Without the
+    test switch the same variables do nothing."""
+    from barrier_core import faults
+
+    script, parts = one_range_batch()
+    backend = FilesystemStateBackend(str(tmp_path / "state"), fsync=False)
+    opts = OperatorOptions("count", backend, MAXP, parallelism=1)
+    env = faults.fault_env(str(tmp_path / "faults"),
+                           fail_at=f"{faults.FaultPoint.OPERATOR_SNAPSHOT.value}:1")
+    if switch is None:
+        env.pop(faults.SWITCH)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    if switch is None:
+        out, _ = run_range(opts, CountPerKey(), "key", ["word", "count"], 0, None, parts, 0)
+        assert len(acks_of(out)) == MAXP
+        return
+    with pytest.raises(faults.InjectedFailure):
+        run_range(opts, CountPerKey(), "key", ["word", "count"], 0, None, parts, 0)
+    assert (tmp_path / "faults" / "failed-operator_snapshot").exists()
+    # every snapshot of the call was durable when it failed: a retry writes the same paths
+    assert snapshot_values(backend, 1, "count", MAXP) == reference_counts(script, 1)
