@@ -30,7 +30,9 @@ import logging
 import os
 import sys
 from typing import List, Optional
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
+
+from barrier_sink.options import normalize_location
 
 logger = logging.getLogger(__name__)
 
@@ -40,13 +42,10 @@ LOG_FOLDERS = ("offsets", "commits")
 
 def local_folder(checkpoint_location: str) -> Optional[str]:
     """The local path of ``checkpoint_location`` (a path or a ``file:`` URI), None for a URI of
-    another file system."""
-    parsed = urlparse(checkpoint_location)
-    if parsed.scheme == "file":
-        return unquote(parsed.path)
-    if parsed.scheme and len(parsed.scheme) > 1:  # s3a://, dbfs:/, hdfs://; 'C:' is a drive
+    another file system (``s3a://``, ``dbfs:/``, ``hdfs://``)."""
+    if urlparse(checkpoint_location).scheme not in ("", "file"):
         return None
-    return checkpoint_location
+    return normalize_location(checkpoint_location)
 
 
 def is_temporary(name: str) -> bool:

@@ -208,18 +208,14 @@ def test_a_kill_in_the_first_offset_log_write_does_not_block_the_restart(bootstr
     restart then failed at once with STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY. The same
     leftovers are laid here; the restarted pipeline (which clears them before ``start()``,
     ``barrier_kafka.spark_checkpoint``) runs to the end exactly once."""
-    from tests.test_spark_checkpoint import dead_write
+    from tests.test_spark_checkpoint import killed_in_first_write
 
     records = 6_000
     topic = produce_input(kafka_admin, bootstrap, records, KEYS)
     output = topic_factory(2, prefix="eo_out_dead_first_write")
     workdir = str(tmp_path)
     group, prefix = f"eo-dfw-{uuid.uuid4().hex[:6]}", f"eo-dfw-{uuid.uuid4().hex[:6]}"
-    location = os.path.join(workdir, "spark-checkpoint")
-    os.makedirs(location)
-    with open(os.path.join(location, "metadata"), "w") as f:  # the killed run's first write
-        f.write('{"id":"%s"}' % uuid.uuid4())
-    dead = dead_write(location)
+    dead = killed_in_first_write(os.path.join(workdir, "spark-checkpoint"))
     rc = run_pipeline(bootstrap, topic, output, workdir, group, prefix,
                       max_offsets_per_trigger=2_000)
     assert rc == 0, f"the restart failed (exit {rc}); see {workdir}/run.log"

@@ -51,7 +51,7 @@ def test_raise_at_every_protocol_step_then_restart(sink, bootstrap, raise_input,
 def test_a_range_call_whose_snapshot_store_fails_then_restart(bootstrap, raise_input,
                                                                topic_factory, tmp_path):
     """With the recommended settings, one keyed operator call runs a whole range of key groups
-    and stores their snapshots together. The call's second store to fail raises after its
+    and stores their snapshots together. The third call that stores snapshots raises after its
     blobs landed and before any acknowledgement left (as a storage error while making them
     durable would): the task, the batch and the query fail. Committed output stays a
     duplicate-free prefix, and the restart, which writes the same snapshot paths again, ends

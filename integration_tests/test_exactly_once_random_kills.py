@@ -44,12 +44,6 @@ KEYS = 97
 BATCH = 3_000
 
 
-def records_for(kills: int, per_kill: int = 4_500) -> int:
-    """Enough input that no run finishes before its kill, however many kills (90,000 for 20
-    with the defaults' 4,500 a kill; a faster layout needs more a kill)."""
-    return per_kill * kills
-
-
 def kill_at_random_then_exactly_once(bootstrap, kafka_admin, topic_factory, tmp_path,
                                      kills: int, args=(), per_kill: int = 4_500):
     """``kills`` SIGKILLs at uniformly random times of a pipeline run with ``args`` (the
@@ -59,7 +53,9 @@ def kill_at_random_then_exactly_once(bootstrap, kafka_admin, topic_factory, tmp_
     seed = int(os.environ.get("BARRIER_KAFKA_RANDOM_SEED", random.randrange(1 << 30)))
     print(f"random kill seed: {seed} (replay with BARRIER_KAFKA_RANDOM_SEED={seed})")
     rng = random.Random(seed)
-    records = records_for(kills, per_kill)
+    # Enough input that no run finishes before its kill (90,000 for 20 kills with the
+    # defaults' 4,500 a kill; a faster layout needs more a kill).
+    records = per_kill * kills
     topic = create_topic(kafka_admin, "eo_rand_in_" + uuid.uuid4().hex[:8], 4)
     verifiable_produce(bootstrap, topic, records, KEYS)
     output = topic_factory(2, prefix="eo_rand_out")

@@ -14,7 +14,7 @@ import pyspark
 import pytest
 
 from barrier_kafka.spark_checkpoint import clear_dead_first_writes
-from tests.test_spark_checkpoint import dead_write
+from tests.test_spark_checkpoint import killed_in_first_write
 
 CHECKS_NEW_LOCATIONS = tuple(int(x) for x in pyspark.__version__.split(".")[:2]) >= (4, 1)
 
@@ -28,10 +28,7 @@ def start_count(spark, location: str, folder: str):
 
 def test_a_dead_first_offset_write_blocks_a_restart_until_cleared(spark, tmp_path):
     location = str(tmp_path / "chk")
-    os.makedirs(location)
-    with open(os.path.join(location, "metadata"), "w") as f:  # written at the first start
-        f.write('{"id":"5f1b0c9e-2a4d-4c43-9a53-1d8b8a9e0c11"}')
-    dead = dead_write(location)
+    dead = killed_in_first_write(location)
     folder = str(tmp_path / "in")
     os.makedirs(folder)
     with open(os.path.join(folder, "a.txt"), "w") as f:

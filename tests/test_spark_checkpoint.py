@@ -29,6 +29,14 @@ def dead_write(root, log: str = "offsets", batch: int = 0):
             plant(os.path.join(root, log), f"..{batch}.{tag}.tmp.crc", "crc")]
 
 
+def killed_in_first_write(location):
+    """What a new query killed in its first offset-log write leaves at ``location``: the
+    ``metadata`` Spark wrote at its start, and the dead write of ``offsets/0``
+    (:func:`dead_write`, returned)."""
+    plant(location, "metadata", '{"id":"%s"}' % uuid.uuid4())
+    return dead_write(location)
+
+
 def kept(root):
     """Files Spark reads, which must survive."""
     return [plant(root, "metadata", '{"id":"q"}'), plant(root, ".metadata.crc", "crc"),
