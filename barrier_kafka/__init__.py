@@ -11,9 +11,10 @@ from __future__ import annotations
 from barrier_core.exceptions import BarrierKafkaError, InvalidOptionError
 from barrier_kafka.available_now import run_available_now
 from barrier_kafka.datasource import data_sources
+from barrier_kafka.spark_settings import log_missing_once, recommended_spark_conf
 
-__all__ = ["register", "run_available_now", "compiled_spark_home", "BarrierKafkaError",
-           "InvalidOptionError"]
+__all__ = ["register", "run_available_now", "compiled_spark_home", "recommended_spark_conf",
+           "BarrierKafkaError", "InvalidOptionError"]
 __version__ = "0.1.0"
 
 
@@ -32,7 +33,8 @@ def register(spark) -> None:
     """Register the barrier-kafka data sources with ``spark`` (runs on the driver).
 
     After this, ``spark.readStream.format("barrier-kafka")`` and the two-phase-commit sinks'
-    short names resolve. Idempotent: registering twice is harmless. Raises
+    short names resolve. Idempotent: registering twice is harmless. Logs once, at INFO, the
+    settings of :func:`recommended_spark_conf` the session was built without. Raises
     :class:`~barrier_kafka.spark_home.SparkHomeError` when ``SPARK_HOME`` is a compiled Spark
     home (:func:`compiled_spark_home`) built from a PySpark that has changed since.
     """
@@ -41,3 +43,4 @@ def register(spark) -> None:
     check_current()
     for cls in data_sources():
         spark.dataSource.register(cls)
+    log_missing_once(spark)

@@ -39,7 +39,11 @@ starts a fresh planner Python process before the first trigger, about 1.3 s here
 Spark's own source), which a 200,000-record run weighs far more than a query that runs for days.
 As ``steady``, the ratio of the batches after the first alone (:func:`median_ratio`): the
 throughput of a query past its start and its first batch (a run of one batch has none).
-Four more tables split the last round: one batch's wall time by phase (:func:`attribute`), the
+The session is built as the tests build theirs (:func:`kafka_harness.spark.build_spark`): with
+:func:`barrier_kafka.recommended_spark_conf`, so on Spark 4.1+ its Python workers talk to the JVM
+over Unix domain sockets; ``--conf KEY=VALUE`` sets any Spark setting, and the header of the
+tables says which sockets ran (``--conf spark.python.unix.domain.socket.enabled=false``: Spark's
+default TCP sockets). Four more tables split the last round: one batch's wall time by phase (:func:`attribute`), the
 whole run into query start, first batch, other batches and the wait until visible
 (:func:`run_split`), the CPU seconds each kind of process spent from the query's start to its
 last batch's end (:mod:`benchmarks.process_cpu`: the Spark JVM, with the share of its JIT
@@ -64,9 +68,11 @@ from typing import List, Optional
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from barrier_kafka.spark_home import compiled_spark_home, source_home  # noqa: E402
+from barrier_kafka.spark_settings import UNIX_SOCKETS  # noqa: E402
 from barrier_ops.function import KeyedProcessFunction  # noqa: E402
 from benchmarks.bench_sink import make_topic  # noqa: E402
-from benchmarks.bench_source import spark_with_kafka_connector  # noqa: E402
+from benchmarks.bench_source import (add_conf_argument, python_sockets,  # noqa: E402
+                                     session_conf, spark_with_kafka_connector)
 from benchmarks import process_cpu  # noqa: E402
 from benchmarks.stage_times import (COLUMNS as STAGE_COLUMNS, PYTHON_TIME,  # noqa: E402
                                     EventLogTail, cell, event_log_conf, median_ms,
@@ -410,6 +416,7 @@ def main() -> int:
                              "the installed one")
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help=f"comma-separated, of {VARIANTS + EXTRA_VARIANTS}")
+    add_conf_argument(parser)
     args = parser.parse_args()
     bootstrap = os.environ.get("BARRIER_KAFKA_BOOTSTRAP", "127.0.0.1:39092")
     variants = variant_names(parser, args.variants)
@@ -419,7 +426,9 @@ def main() -> int:
                                    else source_home())
     event_dir = tempfile.mkdtemp(prefix="bench-events-")
     spark = spark_with_kafka_connector("bench-pipeline", shuffle_partitions=SHUFFLE_PARTITIONS,
-                                       **event_log_conf(event_dir))
+                                       **event_log_conf(event_dir),
+                                       **session_conf(parser, args.conf))
+    sockets = python_sockets(spark)
     event_log = EventLogTail(event_dir)
     max_partitions = (spark.sparkContext.defaultParallelism if args.max_partitions < 0
                       else args.max_partitions)
@@ -461,7 +470,9 @@ def main() -> int:
           "barrier-kafka maxPartitions "
           f"{max_partitions or 'unset'}; "
           f"{args.spark_home} Spark home; "
-          f"load average {os.getloadavg()[0]:.1f}")
+          f"{sockets}; "
+          + "".join(f"{pair}; " for pair in args.conf if not pair.startswith(UNIX_SOCKETS))
+          + f"load average {os.getloadavg()[0]:.1f}")
     print("'vs native' compares whole runs (query start to the last count visible); "
           "'after start' the same runs from their first trigger on (see run_split), "
           "'steady' their batches after the first ('-': a run of one batch; see median_ratio)")

@@ -12,7 +12,10 @@ source that reads no Kafka at all and yields the same rows, ready-made, in the s
 tasks (the ceiling of any Python data source on this Spark, ``--ceiling``), and Kafka's own
 ``ConsumerPerformance`` tool (the machine's limit). Each variant runs once to warm up, then
 ``--repeats`` alternated rounds; the table gives best and median records/s and the issue's
-ratios.
+ratios. The session has :func:`barrier_kafka.recommended_spark_conf` (on Spark 4.1+ Python
+workers over Unix domain sockets; the table's header says which); ``--conf KEY=VALUE`` sets any
+Spark setting (``--conf spark.python.unix.domain.socket.enabled=false``: Spark's default TCP
+sockets).
 """
 
 from __future__ import annotations
@@ -61,6 +64,33 @@ def spark_with_kafka_connector(app_name: str, **conf):
                                              "spark.jars.excludes": TOKEN_PROVIDER,
                                              "spark.jars": token_provider_jar(),
                                              "spark.ui.showConsoleProgress": "false"})
+
+
+def add_conf_argument(parser) -> None:
+    """``--conf KEY=VALUE`` (repeatable): a Spark setting for the benchmark's session."""
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting for the session every variant runs in "
+                             "(repeatable); e.g. spark.python.unix.domain.socket.enabled=false "
+                             "for Spark's default TCP sockets to the Python workers")
+
+
+def session_conf(parser, pairs) -> dict:
+    """``--conf KEY=VALUE`` arguments as a dict of Spark settings."""
+    conf = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            parser.error(f"--conf {pair!r}: expected KEY=VALUE, e.g. "
+                         "--conf spark.python.unix.domain.socket.enabled=true")
+        conf[key.strip()] = value.strip()
+    return conf
+
+
+def python_sockets(spark) -> str:
+    """How the session's Python workers talk to the JVM, for a benchmark's header."""
+    from barrier_kafka.spark_settings import UNIX_SOCKETS
+
+    return f"{UNIX_SOCKETS}={spark.sparkContext.getConf().get(UNIX_SOCKETS, 'false')}"
 
 
 def fill_topic(bootstrap: str, topic: str, partitions: int, records: int) -> None:
@@ -209,6 +239,7 @@ def main() -> int:
                         help="alternated rounds (A B C D, A B C D, ...) after one warm-up each")
     parser.add_argument("--ceiling", action="store_true",
                         help="add a Python data source that reads no Kafka (the ceiling)")
+    add_conf_argument(parser)
     args = parser.parse_args()
     bootstrap = os.environ.get("BARRIER_KAFKA_BOOTSTRAP", "127.0.0.1:39092")
     topic = "bench_source_" + uuid.uuid4().hex[:8]
@@ -217,7 +248,8 @@ def main() -> int:
     print(f"produced {args.records} x 100 B into {topic} ({args.partitions} partitions) in "
           f"{time.perf_counter() - t0:.1f}s", flush=True)
 
-    spark = spark_with_kafka_connector("bench-source")
+    spark = spark_with_kafka_connector("bench-source", **session_conf(parser, args.conf))
+    sockets = python_sockets(spark)
     common = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic,
               "startingOffsets": "earliest",
               "maxOffsetsPerTrigger": str(args.max_offsets_per_trigger)}
@@ -254,15 +286,16 @@ def main() -> int:
         admin = KafkaAdminClient(bootstrap_servers=bootstrap)
         admin.delete_topics([topic])
         admin.close()
-    print_table(args.records, times, loads)
+    print_table(args.records, times, loads, sockets)
     return 0
 
 
-def print_table(n: int, times: dict, loads: list) -> None:
+def print_table(n: int, times: dict, loads: list, sockets: str = "") -> None:
     """Best and median records/s per variant, and the issue's ratios on both."""
     rate = {name: (n / min(t), n / statistics.median(t)) for name, t in times.items()}
-    print(f"\n{n:,} records, {len(loads)} alternated rounds, load average "
-          f"{min(loads):.1f}-{max(loads):.1f}")
+    print(f"\n{n:,} records, {len(loads)} alternated rounds, "
+          + (f"{sockets}, " if sockets else "")
+          + f"load average {min(loads):.1f}-{max(loads):.1f}")
     print("| variant | best rec/s | median rec/s |")
     print("|---|---|---|")
     for name, (best, median) in rate.items():

@@ -25,10 +25,11 @@ warm-up; the table prints, per variant, the median micro-batch time (Spark's
 ``triggerExecution``) over the run's batches and its parts from the progress's
 ``stateOperators`` (per task: ``allUpdatesTimeMs``, the operator's run with its Python;
 ``commitTimeMs``, the state store's commit), and the ratio of batch times to
-``groupBy().count()``.
+``groupBy().count()``. The session has :func:`barrier_kafka.recommended_spark_conf` (on Spark
+4.1+ Python workers over Unix domain sockets); ``--conf KEY=VALUE`` sets any Spark setting.
 
     python benchmarks/bench_state_api.py [--records 10000] [--keys 997] [--batches 15] \
-        [--key-groups 16] [--rounds 2]
+        [--key-groups 16] [--rounds 2] [--conf spark.python.unix.domain.socket.enabled=false]
 
 Runs on the driver (local Spark, ``local[2]``); no Kafka broker needed.
 """
@@ -45,6 +46,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.bench_pipeline import state_store_ms  # noqa: E402
+from benchmarks.bench_source import add_conf_argument, python_sockets, session_conf  # noqa: E402
 
 HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -213,13 +215,19 @@ def main() -> int:
     parser.add_argument("--key-groups", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=1)
+    add_conf_argument(parser)
     args = parser.parse_args()
 
     from pyspark.sql import SparkSession
 
+    from barrier_kafka import recommended_spark_conf
+
     spark = (SparkSession.builder.master("local[2]").appName("bench-state-api")
              .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.ui.enabled", "false").getOrCreate())
+             .config("spark.ui.enabled", "false")
+             .config(map=dict(recommended_spark_conf(), **session_conf(parser, args.conf)))
+             .getOrCreate())
+    sockets = python_sockets(spark)
     spark.sparkContext.setLogLevel("ERROR")
     results = {name: [] for name in VARIANTS}
     for round_no in range(args.warmup + args.rounds):
@@ -231,7 +239,7 @@ def main() -> int:
                 results[name].append(res)
     print(f"\n{args.records} records a batch, {args.keys} keys, {args.key_groups} key groups, "
           f"{args.batches - 1} batches a run, {args.rounds} alternated rounds after {args.warmup} "
-          f"warm-up round(s); "
+          f"warm-up round(s); {sockets}; "
           f"medians of the rounds' medians; load average {os.getloadavg()[0]:.1f}")
     print(f"{'variant':<40} {'batch ms':>9} {'update ms':>10} {'commit ms':>10} "
           f"{'batch vs count()':>17}")

@@ -183,3 +183,38 @@ def test_two_processes_fetching_one_version_share_one_download(tmp_path):
     assert inode_a == inode_b == os.stat(libs).st_ino, "a second download replaced the folder"
     assert (libs / ".complete").read_text() == KAFKA_VERSION
     assert any(p.name.startswith("kafka_2.13-") for p in libs.iterdir())
+
+
+def test_the_suites_session_has_the_recommended_settings(spark):
+    """Every Spark session of the suite (``kafka_harness.spark.build_spark``) is built with
+    ``barrier_kafka.recommended_spark_conf()``: on PySpark 4.1+ its Python workers, which every
+    test with a Python data source, operator or sink runs, talk to the JVM over Unix domain
+    sockets."""
+    import pyspark
+
+    from barrier_kafka.spark_settings import (UNIX_SOCKETS, UNIX_SOCKETS_SINCE,
+                                              missing_recommended)
+
+    assert missing_recommended(spark) == []
+    wanted = "true" if tuple(int(p) for p in pyspark.__version__.split(".")[:2]) >= \
+        UNIX_SOCKETS_SINCE else "false"
+    assert spark.sparkContext.getConf().get(UNIX_SOCKETS, "false") == wanted
+    if wanted == "true":   # and a Python task really is connected over one
+        assert "AF_UNIX" in spark.range(1).rdd.map(lambda _: _socket_families()).first()
+
+
+def _socket_families():
+    """The address families of the sockets this process holds (in a Python worker)."""
+    import os
+    import socket
+
+    families = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                continue
+            with socket.socket(fileno=os.dup(int(name))) as sock:
+                families.add(sock.family.name)
+        except OSError:
+            continue
+    return sorted(families)

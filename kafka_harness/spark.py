@@ -44,7 +44,8 @@ def build_spark(app_name: str = "barrier-kafka-tests", shuffle_partitions: int =
                .config("spark.sql.streaming.stopTimeout", "60s")
                .config("spark.python.worker.reuse", "true")
                .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
-    settings = cluster_conf(master) if master.startswith("spark://") else {}
+    settings = barrier_kafka.recommended_spark_conf()   # as docs/operations.md recommends
+    settings.update(cluster_conf(master) if master.startswith("spark://") else {})
     settings.update(conf)
     java_options = driver_java_options(settings.get("spark.driver.extraJavaOptions", ""))
     if java_options:  # a class archive and, in tests, a quicker JIT (kafka_harness.jvm_startup)

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from barrier_kafka.spark_settings import recommended_spark_conf
 from kafka_harness.spark_cluster import _free_port, spark_home
 
 START_TIMEOUT_S = 180.0
@@ -56,7 +57,7 @@ class SparkConnectServer:
                 "spark.connect.grpc.binding.address": "127.0.0.1",
                 "spark.pyspark.python": sys.executable, "spark.ui.enabled": "false",
                 "spark.driver.memory": "2g", "spark.python.worker.reuse": "true",
-                "spark.sql.streaming.stopTimeout": "60s"}
+                "spark.sql.streaming.stopTimeout": "60s", **recommended_spark_conf()}
         cmd = [os.path.join(spark_home(), "bin", "spark-submit"), "--master", self.master,
                "--class", SERVER_CLASS, "--name", "barrier-kafka tests (Spark Connect)"]
         for k, v in conf.items():

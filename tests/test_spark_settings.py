@@ -1,0 +1,112 @@
+"""``barrier_kafka.spark_settings``: which Spark settings the library recommends for a release,
+which of them a session lacks, and the one INFO line ``register`` logs about them (no Spark
+here: sessions are stand-ins; ``kafka_harness.spark.build_spark`` builds every real session of
+the suite with them)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+import barrier_kafka
+from barrier_kafka import spark_settings
+from barrier_kafka.spark_settings import (UNIX_SOCKETS, log_missing_once, missing_recommended,
+                                          recommended_spark_conf)
+from benchmarks.bench_source import session_conf
+
+
+class _Conf:
+    def __init__(self, values):
+        self._values = values
+
+    def get(self, key, default=None):
+        return self._values.get(key, default)
+
+
+class _Context:
+    def __init__(self, values):
+        self._values = values
+
+    def getConf(self):
+        return _Conf(self._values)
+
+
+class _Session:
+    def __init__(self, version, **values):
+        self.version = version
+        self.sparkContext = _Context(values)
+
+
+class _ConnectSession:
+    version = "4.1.4"
+
+    @property
+    def sparkContext(self):
+        raise RuntimeError("[JVM_ATTRIBUTE_NOT_SUPPORTED] sparkContext is not supported")
+
+
+@pytest.mark.parametrize("version", ["4.1.0", "4.1.4", "4.2.1", "4.3.0", "4.3.0.dev1", "5.0.0"])
+def test_releases_with_unix_sockets_get_them(version):
+    assert recommended_spark_conf(version) == {UNIX_SOCKETS: "true"}
+
+
+@pytest.mark.parametrize("version", ["3.5.3", "4.0.0", "4.0.5", "4.0.5rc1"])
+def test_releases_without_them_get_nothing(version):
+    assert recommended_spark_conf(version) == {}
+
+
+def test_the_installed_pyspark_is_the_default():
+    import pyspark
+
+    assert recommended_spark_conf() == recommended_spark_conf(pyspark.__version__)
+    assert barrier_kafka.recommended_spark_conf is recommended_spark_conf
+
+
+def test_a_session_without_the_setting_misses_it():
+    assert missing_recommended(_Session("4.3.0")) == [UNIX_SOCKETS]
+    assert missing_recommended(_Session("4.3.0", **{UNIX_SOCKETS: "false"})) == [UNIX_SOCKETS]
+
+
+def test_a_session_with_the_setting_misses_nothing():
+    assert missing_recommended(_Session("4.3.0", **{UNIX_SOCKETS: "true"})) == []
+    assert missing_recommended(_Session("4.3.0", **{UNIX_SOCKETS: " TRUE "})) == []
+
+
+def test_an_older_release_misses_nothing():
+    assert missing_recommended(_Session("4.0.5")) == []
+
+
+def test_a_spark_connect_client_misses_nothing():
+    assert missing_recommended(_ConnectSession()) == []
+
+
+def test_the_hint_is_logged_once_naming_the_setting(monkeypatch, caplog):
+    monkeypatch.setattr(spark_settings, "_hinted", False)
+    caplog.set_level(logging.INFO, logger="barrier_kafka.spark_settings")
+    log_missing_once(_Session("4.3.0"))
+    log_missing_once(_Session("4.3.0"))
+    hints = [r for r in caplog.records if r.name == "barrier_kafka.spark_settings"]
+    assert len(hints) == 1
+    assert hints[0].levelno == logging.INFO
+    assert f"{UNIX_SOCKETS}=true" in hints[0].getMessage()
+    assert "recommended_spark_conf()" in hints[0].getMessage()
+
+
+def test_no_hint_for_a_session_that_has_it(monkeypatch, caplog):
+    monkeypatch.setattr(spark_settings, "_hinted", False)
+    caplog.set_level(logging.INFO, logger="barrier_kafka.spark_settings")
+    log_missing_once(_Session("4.3.0", **{UNIX_SOCKETS: "true"}))
+    assert not [r for r in caplog.records if r.name == "barrier_kafka.spark_settings"]
+
+
+class _Parser:
+    def error(self, message):
+        raise SystemExit(message)
+
+
+def test_bench_pipeline_conf_pairs():
+    assert session_conf(_Parser(), [f"{UNIX_SOCKETS}=false", " a.b = c=d "]) == {
+        UNIX_SOCKETS: "false", "a.b": "c=d"}
+    with pytest.raises(SystemExit, match="expected KEY=VALUE"):
+        session_conf(_Parser(), ["spark.x"])
