@@ -4,8 +4,9 @@ A batch of the pipeline hands data between Spark's JVM and Python workers severa
 source's read tasks, the keyed operator's tasks, the sink's write tasks, and the driver's
 planner and commit workers. By default each of those connections is a TCP socket on the local
 host. With ``spark.python.unix.domain.socket.enabled`` (Spark 4.1+, SPARK-51688, off by
-default) they are Unix domain sockets, and every Python task's fixed cost falls (figures in
-docs/operations.md, "Python workers over Unix domain sockets").
+default) they are Unix domain sockets, and the fixed cost of the source's read tasks falls to
+what Spark's own Kafka source stage costs (figures in docs/operations.md, "Python workers over
+Unix domain sockets").
 Spark's own Kafka pipeline starts no Python worker and is unaffected.
 
 * :func:`recommended_spark_conf`: the settings to pass when the session is built (they are read
@@ -80,7 +81,7 @@ def log_missing_once(spark) -> None:
     missing = missing_recommended(spark)
     if missing:
         _hinted = True
-        logger.info("Spark settings that would make barrier-kafka's Python tasks cheaper are not "
+        logger.info("Spark settings that would make barrier-kafka's source tasks cheaper are not "
                     "set: %s. Pass them when the session is built, e.g. SparkSession.builder"
                     ".config(map=barrier_kafka.recommended_spark_conf()) (see "
                     "docs/operations.md, 'Python workers over Unix domain sockets').",
