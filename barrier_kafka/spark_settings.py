@@ -61,13 +61,18 @@ def missing_recommended(spark) -> List[str]:
     """The names of :func:`recommended_spark_conf` that the session ``spark`` does not have at
     their recommended value; empty where the session's settings cannot be read (a Spark Connect
     client: the server's settings apply). Runs on the driver."""
+    return list(_missing(spark))
+
+
+def _missing(spark) -> Dict[str, str]:
+    """The recommended settings ``spark`` lacks, each with its recommended value."""
     try:
         conf = spark.sparkContext.getConf()
         version = spark.version
     except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext on the client
-        return []
-    return [key for key, value in recommended_spark_conf(version).items()
-            if str(conf.get(key, "false")).strip().lower() != value]
+        return {}
+    return {key: value for key, value in recommended_spark_conf(version).items()
+            if str(conf.get(key, "false")).strip().lower() != value}
 
 
 _hinted = False
@@ -78,12 +83,11 @@ def log_missing_once(spark) -> None:
     global _hinted
     if _hinted:
         return
-    missing = missing_recommended(spark)
+    missing = _missing(spark)
     if missing:
         _hinted = True
         logger.info("Spark settings that would make barrier-kafka's source tasks cheaper are not "
                     "set: %s. Pass them when the session is built, e.g. SparkSession.builder"
                     ".config(map=barrier_kafka.recommended_spark_conf()) (see "
                     "docs/operations.md, 'Python workers over Unix domain sockets').",
-                    ", ".join(f"{key}={recommended_spark_conf(spark.version)[key]}"
-                              for key in missing))
+                    ", ".join(f"{key}={value}" for key, value in missing.items()))

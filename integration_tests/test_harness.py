@@ -190,14 +190,11 @@ def test_the_suites_session_has_the_recommended_settings(spark):
     ``barrier_kafka.recommended_spark_conf()``: on PySpark 4.1+ its Python workers, which every
     test with a Python data source, operator or sink runs, talk to the JVM over Unix domain
     sockets."""
-    import pyspark
-
-    from barrier_kafka.spark_settings import (UNIX_SOCKETS, UNIX_SOCKETS_SINCE,
-                                              missing_recommended)
+    from barrier_kafka.spark_settings import (UNIX_SOCKETS, missing_recommended,
+                                              recommended_spark_conf)
 
     assert missing_recommended(spark) == []
-    wanted = "true" if tuple(int(p) for p in pyspark.__version__.split(".")[:2]) >= \
-        UNIX_SOCKETS_SINCE else "false"
+    wanted = recommended_spark_conf().get(UNIX_SOCKETS, "false")
     assert spark.sparkContext.getConf().get(UNIX_SOCKETS, "false") == wanted
     if wanted == "true":   # and a Python task really is connected over one
         assert "AF_UNIX" in spark.range(1).rdd.map(lambda _: _socket_families()).first()
