@@ -46,6 +46,9 @@ class PipelineConfig:
     #: recommends are a parallelism equal to the shuffle partitions and "arrow".
     parallelism: Optional[int] = None
     records_format: str = "pandas"
+    #: keyed_process's ``runtime_store``: each key group's state between batches in Spark's
+    #: state store ("spark") or in the workdir's storage ("backend").
+    runtime_store: str = "spark"
 
     @property
     def storage(self) -> str:
@@ -86,7 +89,8 @@ def start_pipeline(spark, cfg: PipelineConfig, sink: str = "barrier-kafka",
                             operator_id="running-count", state_backend=cfg.storage,
                             max_parallelism=cfg.max_parallelism, restore_from=cfg.restore_from,
                             incremental_checkpoints=cfg.incremental_checkpoints,
-                            parallelism=cfg.parallelism, records_format=cfg.records_format)
+                            parallelism=cfg.parallelism, records_format=cfg.records_format,
+                            runtime_store=cfg.runtime_store)
     if sink == "spark-kafka":
         writer = (records_only(counted).select("key", "value").writeStream.format("kafka")
                   .option("kafka.bootstrap.servers", cfg.bootstrap)
@@ -206,6 +210,10 @@ def main(argv=None) -> int:
     parser.add_argument("--records-format", choices=("pandas", "arrow"), default="pandas",
                         help="how the keyed operator hands each key's records to the "
                              "function (keyed_process records_format)")
+    parser.add_argument("--runtime-store", choices=("spark", "backend"), default="spark",
+                        help="where the keyed operator keeps each key group's state between "
+                             "batches: Spark's state store or the workdir's storage "
+                             "(keyed_process runtime_store)")
     parser.add_argument("--restore-from", default=None, metavar="PATH",
                         help="start from this checkpoint (chk-<n>) or savepoint "
                              "(savepoints/<name>) of the workdir's storage")
@@ -235,7 +243,8 @@ def main(argv=None) -> int:
                                               for o in args.source_option),
                          restore_from=args.restore_from,
                          incremental_checkpoints=args.incremental_checkpoints,
-                         parallelism=args.parallelism, records_format=args.records_format)
+                         parallelism=args.parallelism, records_format=args.records_format,
+                         runtime_store=args.runtime_store)
     took = run_until_caught_up(spark, cfg, args.timeout, stop_when=args.stop_when)
     if args.stop_when is not None and os.path.exists(args.stop_when):
         print(json.dumps({"stopped_after_seconds": round(took, 1)}), flush=True)

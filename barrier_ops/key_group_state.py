@@ -62,15 +62,15 @@ def load_runtime(blob: bytes) -> KeyGroupRuntime:
     ``parallelism``)."""
     runtime = _RuntimeUnpickler(io.BytesIO(blob)).load()
     if isinstance(runtime, dict):
-        raise InvalidOptionError(_LAYOUT_CHANGED.format(
+        raise InvalidOptionError(LAYOUT_CHANGED.format(
             then=f"parallelism={runtime.get('layout', ('?', '?'))[1]}", now="parallelism=None"))
     return runtime
 
 
-_LAYOUT_CHANGED = (
-    "This query's Spark state was written with {then} and the operator now runs with {now}. "
-    "The operator's parallelism cannot change under a running query (Spark keeps the state by "
-    "the groups it had): restore into a new checkpointLocation instead, with "
+LAYOUT_CHANGED = (
+    "This query's state between batches was written with {then} and the operator now runs with "
+    "{now}. The operator's parallelism cannot change under a running query (that state is kept "
+    "by the groups it had): restore into a new checkpointLocation instead, with "
     "keyed_process(..., restore_from=<checkpoint id or savepoint>) and the new parallelism "
     "(state is snapshotted per key group, so any parallelism restores it).")
 
@@ -158,12 +158,12 @@ def run_range(opts: OperatorOptions, fn: Callable, key_col: str, user_columns: L
     if blob is not None:
         state = pickle.loads(blob)
         if not isinstance(state, dict) or "key_groups" not in state:
-            raise InvalidOptionError(_LAYOUT_CHANGED.format(
+            raise InvalidOptionError(LAYOUT_CHANGED.format(
                 then="one Spark group per key group (parallelism=None)",
                 now=f"parallelism={opts.parallelism}"))
         if tuple(state["layout"]) != layout:
             then, now = state["layout"], layout
-            raise InvalidOptionError(_LAYOUT_CHANGED.format(
+            raise InvalidOptionError(LAYOUT_CHANGED.format(
                 then=f"max_parallelism={then[0]}, parallelism={then[1]}",
                 now=f"max_parallelism={now[0]}, parallelism={now[1]}"))
         values = state["key_groups"]

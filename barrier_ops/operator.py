@@ -19,6 +19,8 @@ Plan:
    A stream the source packs per key group (``packedKeyGroups``) keeps the key group the
    source computed, and each task unpacks its rows before the runtime sees them
    (:func:`~barrier_core.packed_source.unpack_frames`), in key-group order.
+   With ``runtime_store="backend"`` the step is stateless ``applyInPandas`` instead, the
+   runtimes kept in the state backend between micro-batches (:mod:`barrier_ops.batch_runtimes`).
 3. Where the user's output columns allow it (:func:`~barrier_ops.packed_rows.packable`), the
    stateful step returns a key's records packed into rows of arrays and the JVM unpacks them
    (:mod:`barrier_ops.packed_rows`): same rows, a fraction of PySpark's per-row cost.
@@ -31,17 +33,20 @@ from typing import Callable, Optional, Union
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (ArrayType, IntegerType, LongType, StringType,
                                StructField, StructType, TimestampType)
 
 from barrier_ops.arrow_records import arrow_record_types
+from barrier_ops.batch_runtimes import BatchRuntimes, batch_identity, layout_name
 from barrier_ops.exceptions import InvalidOptionError
 from barrier_ops.function import as_keyed_function
 from barrier_ops.keygroups import (DEFAULT_MAX_PARALLELISM, key_group_sql, quoted,
                                    range_group_keys)
 from barrier_ops.key_group_state import (KEY_GROUP_COLUMN, RANGE_COLUMN, STATE_SCHEMA,
                                          run_batch, run_range)
-from barrier_ops.options import EXACTLY_ONCE, RECORDS_ARROW, RECORDS_PANDAS, OperatorOptions
+from barrier_ops.options import (EXACTLY_ONCE, RECORDS_ARROW, RECORDS_PANDAS, RUNTIME_BACKEND,
+                                  RUNTIME_SPARK, OperatorOptions)
 from barrier_ops.output_rows import CONTROL_COLUMNS
 from barrier_ops.packed_rows import PACKED_ROW_RECORDS, packable, packed_schema, unpack
 from barrier_core.packed_source import packed_key_groups, unpack_frames, unpacked_schema
@@ -63,6 +68,8 @@ CONTROL_FIELDS = [
     StructField("ack", StringType()),
 ]
 REQUIRED_INPUT = ("kind", "checkpoint_id", "topic", "partition", "offset")
+#: The micro-batch's time on every row, with ``runtime_store="backend"``.
+BATCH_TIME_COLUMN = "__batch_ms"
 
 
 def operator_output_schema(output_schema: Union[StructType, str]) -> StructType:
@@ -84,7 +91,8 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
                   state_backend_options: Optional[dict] = None,
                   incremental_checkpoints: bool = False,
                   records_format: str = RECORDS_PANDAS,
-                  parallelism: Optional[int] = None) -> DataFrame:
+                  parallelism: Optional[int] = None,
+                  runtime_store: str = RUNTIME_SPARK) -> DataFrame:
     """Apply ``fn`` per key with keyed state, aligning checkpoint barriers (driver).
 
     Parameters
@@ -139,6 +147,16 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
         output channel, so checkpoints and savepoints restore into any parallelism; Spark's
         own state is kept per range, so a running query (its ``checkpointLocation``) keeps the
         parallelism it started with. None (the default): one call per key group.
+    runtime_store : {"spark", "backend"}
+        Where each key group's runtime (keyed state, alignment, held-back records, timers)
+        stays between micro-batches. ``"spark"`` (the default): Spark's state store, through
+        ``applyInPandasWithState``. ``"backend"``: ``state_backend``, one object a key group
+        (a range with ``parallelism``) and micro-batch, through stateless ``applyInPandas``,
+        which costs Spark less a batch (:mod:`barrier_ops.batch_runtimes`). It needs a
+        streaming query and a ``file://`` backend every executor reaches or an ``s3://`` one.
+        Output, checkpoints and guarantees are the same; a running query (its
+        ``checkpointLocation``) keeps the store it started with. See "State between batches in
+        the state backend" in operations.md.
 
     Returns
     -------
@@ -149,7 +167,7 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
     opts = OperatorOptions(operator_id, state_backend, max_parallelism, mode, restore_from,
                            restore_requires_complete, watermark_delay_ms,
                            dict(state_backend_options or {}), incremental_checkpoints,
-                           records_format, parallelism)
+                           records_format, parallelism, runtime_store)
     kfn = as_keyed_function(fn, on_timer)
     from pyspark import cloudpickle
 
@@ -195,6 +213,11 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
         if len(out):
             yield out
 
+    if runtime_store == RUNTIME_BACKEND:
+        return _on_backend_runtimes(keyed, group_col, opts, kfn, key_col, user_columns, run,
+                                    None if parallelism is None else index_of, packed_input,
+                                    input_zone, pack, time_zone, record_types, user_schema,
+                                    out_schema)
     grouped = keyed.groupBy(group_col)
     if pack is None:
         return grouped.applyInPandasWithState(run_key_group, out_schema, STATE_SCHEMA, "append",
@@ -203,6 +226,51 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
                                             packed_schema(user_schema, CONTROL_FIELDS),
                                             STATE_SCHEMA, "append", "NoTimeout")
     return unpack(packed, user_schema, CONTROL_FIELDS)
+
+
+def _on_backend_runtimes(keyed: DataFrame, group_col: str, opts: OperatorOptions, kfn,
+                         key_col: str, user_columns, run, index_of: Optional[dict],
+                         packed_input: bool, input_zone, pack, time_zone, record_types,
+                         user_schema: StructType, out_schema: StructType) -> DataFrame:
+    """The operator on stateless ``applyInPandas``, each group's runtime kept in the state
+    backend between micro-batches (:mod:`barrier_ops.batch_runtimes`; plan built on the driver,
+    the function runs on executors). Every row carries the batch's time
+    (``current_timestamp()``, fixed per micro-batch as ``GroupState``'s processing time is), so
+    a retried or speculative task sees the time its first attempt saw. It travels as text:
+    Spark folds it into a constant each batch, and a constant number is written into the
+    batch's generated code (a new Java class to compile every batch, tens of ms of JIT on
+    the executors' cores) where a constant string is referenced by it."""
+    layout = layout_name(opts.parallelism)
+    keyed = keyed.withColumn(BATCH_TIME_COLUMN,
+                             F.expr("reflect('java.lang.String', 'valueOf', "
+                                    "unix_millis(current_timestamp()))"))
+
+    def run_group(key, pdf):
+        freeze_long_lived_objects()
+        keep_jar_directories()
+        query_id, batch = batch_identity()
+        batch_ms = int(pdf[BATCH_TIME_COLUMN].iat[0])
+        del pdf[BATCH_TIME_COLUMN]
+        group = int(key[0]) if index_of is None else index_of[int(key[0])]
+        runtimes = BatchRuntimes(opts.open_backend(), opts.operator_id, query_id, layout)
+        blob, stale = runtimes.load_before(group, batch)
+        pdfs = unpack_frames([pdf], input_zone, KEY_GROUP_COLUMN) if packed_input else [pdf]
+        out, blob = run(opts, kfn, key_col, user_columns, group, blob, pdfs, batch_ms, pack,
+                        time_zone, record_types)
+        runtimes.save(group, batch, blob, stale)
+        return out if len(out) else no_rows
+
+    result_schema = out_schema if pack is None else packed_schema(user_schema, CONTROL_FIELDS)
+    # a call without output rows returns this: every column typed as the schema says (PySpark
+    # writes all of a task's results into one Arrow stream, which takes one schema)
+    no_rows = to_arrow_schema(result_schema).empty_table().to_pandas()
+
+    # the groups spread over the shuffle partitions as the "spark" store spreads them: Spark
+    # runs a stateless stream adaptively, and would coalesce a small batch into one task
+    partitions = int(keyed.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+    grouped = (keyed.repartition(partitions, group_col).groupBy(group_col)
+               .applyInPandas(run_group, result_schema))
+    return grouped if pack is None else unpack(grouped, user_schema, CONTROL_FIELDS)
 
 
 def with_ranges(keyed: DataFrame, max_parallelism: int, parallelism: int) -> DataFrame:

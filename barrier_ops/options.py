@@ -16,6 +16,12 @@ MODES = (EXACTLY_ONCE, AT_LEAST_ONCE)
 RECORDS_PANDAS = "pandas"
 RECORDS_ARROW = "arrow"
 RECORDS_FORMATS = (RECORDS_PANDAS, RECORDS_ARROW)
+#: ``runtime_store``: each key group's runtime between micro-batches in Spark's state store
+#: (``applyInPandasWithState``) or in the operator's state backend
+#: (:mod:`barrier_ops.batch_runtimes`).
+RUNTIME_SPARK = "spark"
+RUNTIME_BACKEND = "backend"
+RUNTIME_STORES = (RUNTIME_SPARK, RUNTIME_BACKEND)
 _OPERATOR_ID = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 
 
@@ -39,6 +45,7 @@ class OperatorOptions:
     incremental_checkpoints: bool = False
     records_format: str = RECORDS_PANDAS
     parallelism: Optional[int] = None
+    runtime_store: str = RUNTIME_SPARK
 
     def __post_init__(self) -> None:
         if not isinstance(self.operator_id, str) or not _OPERATOR_ID.match(self.operator_id):
@@ -73,6 +80,17 @@ class OperatorOptions:
             raise InvalidOptionError(
                 f"records_format must be 'pandas' (each key's records as a pandas DataFrame) or "
                 f"'arrow' (as a pyarrow RecordBatch), got {self.records_format!r}")
+        if self.runtime_store not in RUNTIME_STORES:
+            raise InvalidOptionError(
+                f"runtime_store must be 'spark' (each key group's state between batches in "
+                f"Spark's state store) or 'backend' (in state_backend), got "
+                f"{self.runtime_store!r}")
+        if self.runtime_store == RUNTIME_BACKEND and _process_local(self.state_backend):
+            raise InvalidOptionError(
+                "runtime_store='backend' keeps each key group's state between batches in "
+                "state_backend, which every executor must reach; a memory:// backend lives in "
+                "one Python process. Use a file:// backend on a shared disk or an s3:// one, or "
+                "runtime_store='spark'.")
 
     @property
     def restore_prefix(self) -> Optional[str]:
@@ -93,6 +111,13 @@ class OperatorOptions:
             raise InvalidOptionError("state backend URIs need state_backends.registry; pass a "
                                      "StateBackend instance instead") from exc
         return backend_from_uri(self.state_backend, dict(self.state_backend_options))
+
+
+def _process_local(backend: Any) -> bool:
+    """True for a backend whose objects live in one Python process (``memory://``)."""
+    if isinstance(backend, str):
+        return backend.strip().lower().startswith("memory:")
+    return bool(getattr(backend, "inline_snapshots", False))
 
 
 def option_meanings() -> dict:

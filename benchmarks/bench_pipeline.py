@@ -96,7 +96,14 @@ RANGE_VARIANTS = ("eo per-key arrow ranges", "eo per-record arrow ranges")
 #: ... and these: the ranges pipelines with the source packing its records per key group of the
 #: operator (source option ``packedKeyGroups`` = ``--max-parallelism``).
 PACKED_VARIANTS = ("eo per-key arrow ranges packed", "eo per-record arrow ranges packed")
-EXTRA_VARIANTS = LEAN_VARIANTS + ARROW_VARIANTS + RANGE_VARIANTS + PACKED_VARIANTS
+#: ... and these: the default and the recommended pipelines with each key group's state kept
+#: between batches in the operator's state backend instead of Spark's state store
+#: (``keyed_process(..., runtime_store="backend")``: stateless ``applyInPandas``).
+RUNTIME_VARIANTS = ("eo per-key runtimes", "eo per-record runtimes",
+                    "eo per-key arrow ranges packed runtimes",
+                    "eo per-record arrow ranges packed runtimes")
+EXTRA_VARIANTS = (LEAN_VARIANTS + ARROW_VARIANTS + RANGE_VARIANTS + PACKED_VARIANTS
+                  + RUNTIME_VARIANTS)
 #: The shuffle partitions of every pipeline (Spark's session setting).
 SHUFFLE_PARTITIONS = 2
 LEAN_COLUMNS = ("key", "topic", "partition", "offset", "timestamp", "kind", "checkpoint_id",
@@ -151,7 +158,8 @@ def start_native(spark, bootstrap, src, out, work, batch, trigger_s=None):
 def start_exactly_once(spark, bootstrap, src, out, work, batch, per_key: bool, trigger_s=None,
                        lean: bool = False, max_parallelism: int = 16,
                        max_partitions: int = 0, records_format: str = "pandas",
-                       parallelism=None, packed: bool = False):
+                       parallelism=None, packed: bool = False,
+                       runtime_store: str = "spark"):
     from barrier_ops.examples.running_count import OUTPUT_SCHEMA, RunningCount
     from barrier_ops.operator import keyed_process
 
@@ -171,7 +179,8 @@ def start_exactly_once(spark, bootstrap, src, out, work, batch, per_key: bool, t
     fn = LatestCount() if per_key else RunningCount()
     counted = keyed_process(df, "key", fn, OUTPUT_SCHEMA, operator_id="count",
                             state_backend=storage, max_parallelism=max_parallelism,
-                            records_format=records_format, parallelism=parallelism)
+                            records_format=records_format, parallelism=parallelism,
+                            runtime_store=runtime_store)
     return _with_trigger(counted.writeStream.format("barrier-kafka")
                          .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
                          .option("checkpoint.storage", storage)
@@ -204,7 +213,8 @@ def start_variant(spark, variant, bootstrap, src, out, work, batch, max_parallel
     """Start the pipeline named ``variant`` (one of :data:`VARIANTS` or :data:`EXTRA_VARIANTS`)
     from ``src`` to ``out``: ``native`` is :func:`start_native`; the words of an ``eo ...`` name
     choose :func:`start_exactly_once`'s settings (``per-key``, ``lean``, ``arrow``, ``ranges``
-    in ``parallelism`` ranges, else the shuffle partitions, ``packed``)."""
+    in ``parallelism`` ranges, else the shuffle partitions, ``packed``, ``runtimes``: the
+    runtimes in the state backend)."""
     if variant == "native":
         return start_native(spark, bootstrap, src, out, work, batch, trigger_s)
     words = variant.split()
@@ -215,7 +225,8 @@ def start_variant(spark, variant, bootstrap, src, out, work, batch, max_parallel
                               max_partitions=max_partitions,
                               records_format="arrow" if "arrow" in words else "pandas",
                               parallelism=(parallelism or SHUFFLE_PARTITIONS) if ranges
-                              else None, packed="packed" in words)
+                              else None, packed="packed" in words,
+                              runtime_store="backend" if "runtimes" in words else "spark")
 
 
 ATTRIBUTION = ("batch", "spark", "planning", "stage 1+sched", "operator", "state upd",

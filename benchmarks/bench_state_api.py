@@ -13,6 +13,10 @@ difference:
 * ``applyInPandasWithState``, one call per key group (``--key-groups`` of them, assigned as
   ``keyed_process`` assigns them), the group's counts pickled into one binary state value (the
   operator's layout), on the default state store and on RocksDB;
+* ``applyInPandas`` and ``applyInArrow`` by key group, each call keeping the group's pickled
+  counts itself, as ``keyed_process(..., runtime_store="backend")`` keeps its runtimes: a file
+  per key group and micro-batch (batch id from Spark's task properties), fsynced, the newest of
+  an earlier batch read back ("own state");
 * ``transformWithStateInPandas`` by key group, the same pickled counts in one ``ValueState``;
 * ``transformWithStateInPandas`` by key, one ``ValueState`` count per key (the layout the API is
   made for; one call per key and batch).
@@ -29,7 +33,8 @@ warm-up; the table prints, per variant, the median micro-batch time (Spark's
 4.1+ Python workers over Unix domain sockets); ``--conf KEY=VALUE`` sets any Spark setting.
 
     python benchmarks/bench_state_api.py [--records 10000] [--keys 997] [--batches 15] \
-        [--key-groups 16] [--rounds 2] [--conf spark.python.unix.domain.socket.enabled=false]
+        [--key-groups 16] [--rounds 2] [--conf spark.python.unix.domain.socket.enabled=false] \
+        [--variants "applyInPandasWithState, key groups;applyInPandas, key groups, own state"]
 
 Runs on the driver (local Spark, ``local[2]``); no Kafka broker needed.
 """
@@ -87,7 +92,7 @@ def _rows(seen: dict, counts: dict):
     return pd.DataFrame({"key": keys, "count": [counts[k] for k in keys]}, dtype="int64")
 
 
-def apply_in_pandas_with_state(df, key_groups: int):
+def apply_in_pandas_with_state(df, key_groups: int, state_dir: str):
     """One call per key group; its counts pickled into one binary state value (executor)."""
     def per_group(key, pdfs, state):
         seen = _counts_of(pdfs)
@@ -99,7 +104,7 @@ def apply_in_pandas_with_state(df, key_groups: int):
         per_group, OUTPUT, "blob binary", "update", "NoTimeout")
 
 
-def apply_in_pandas_stateless(df, key_groups: int):
+def apply_in_pandas_stateless(df, key_groups: int, state_dir: str):
     """The floor: the same calls and rows per key group through ``applyInPandas``, without any
     state (each batch's counts only; executor). What a key group costs before state."""
     def per_group(pdf):
@@ -107,6 +112,93 @@ def apply_in_pandas_stateless(df, key_groups: int):
         return _rows(seen, seen)
 
     return _with_key_groups(df, key_groups).groupBy("kg").applyInPandas(per_group, OUTPUT)
+
+
+def _batch_id() -> int:
+    """The micro-batch this task belongs to: Spark sets it as a local property of every task of
+    a streaming batch (executor)."""
+    from pyspark import TaskContext
+
+    return int(TaskContext.get().getLocalProperty("streaming.sql.batchId"))
+
+
+def _fsync_folder(folder: str) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _load_before(folder: str, batch: int):
+    """The key group's newest state file in ``folder`` written by a batch before ``batch`` (its
+    bytes, None for none): a retried or re-run batch reads what the batch before it left, never
+    its own earlier attempt's (executor)."""
+    try:
+        versions = [int(n) for n in os.listdir(folder) if n.isdigit()]
+    except FileNotFoundError:
+        return None
+    older = [v for v in versions if v < batch]
+    if not older:
+        return None
+    with open(os.path.join(folder, str(max(older))), "rb") as f:
+        return f.read()
+
+
+def _store(folder: str, batch: int, blob: bytes, keep: int = 2) -> None:
+    """Write the key group's state for ``batch`` as a local disk would keep it durable (a
+    temporary file synced and renamed over ``folder/<batch>``, the folder synced), then delete
+    all but the newest ``keep`` versions before ``batch`` (executor)."""
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".tmp-{batch}-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(blob)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(folder, str(batch)))
+    _fsync_folder(folder)
+    older = sorted(int(n) for n in os.listdir(folder) if n.isdigit() and int(n) < batch)
+    for v in older[:-keep]:
+        os.unlink(os.path.join(folder, str(v)))
+
+
+def _own_state(kg, seen: dict, state_dir: str):
+    """The key group's counts plus ``seen``, loaded from and stored to ``state_dir`` versioned
+    by micro-batch (executor)."""
+    folder = os.path.join(state_dir, f"kg-{int(kg)}")
+    batch = _batch_id()
+    counts, blob = _merged(_load_before(folder, batch), seen)
+    _store(folder, batch, blob)
+    return counts
+
+
+def apply_in_pandas_own_state(df, key_groups: int, state_dir: str):
+    """``applyInPandas`` (no Spark state store) with each key group's counts kept by the call
+    itself: pickled into a file per key group and micro-batch in ``state_dir``, fsynced, the
+    one before this batch read back (executor). What the keyed operator would cost if its
+    runtime lived in the state backend, versioned by batch, instead of ``GroupState``."""
+    def per_group(pdf):
+        seen = _counts_of([pdf])
+        return _rows(seen, _own_state(pdf["kg"].iloc[0], seen, state_dir))
+
+    return _with_key_groups(df, key_groups).groupBy("kg").applyInPandas(per_group, OUTPUT)
+
+
+def apply_in_arrow_own_state(df, key_groups: int, state_dir: str):
+    """As :func:`apply_in_pandas_own_state` through ``applyInArrow``: the key group's rows as a
+    pyarrow Table, no pandas conversion (executor)."""
+    def per_group(table):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        vc = pc.value_counts(table.column("key"))
+        seen = dict(zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist()))
+        counts = _own_state(table.column("kg")[0].as_py(), seen, state_dir)
+        keys = list(seen)
+        return pa.table({"key": pa.array(keys, pa.int64()),
+                         "count": pa.array([counts[k] for k in keys], pa.int64())})
+
+    return _with_key_groups(df, key_groups).groupBy("kg").applyInArrow(per_group, OUTPUT)
 
 
 def _blob_processor():
@@ -153,16 +245,16 @@ def _key_processor():
     return KeyCount()
 
 
-def transform_by_key_group(df, key_groups: int):
+def transform_by_key_group(df, key_groups: int, state_dir: str):
     return _with_key_groups(df, key_groups).groupBy("kg").transformWithStateInPandas(
         _blob_processor(), OUTPUT, "Update", "None")
 
 
-def transform_by_key(df, key_groups: int):
+def transform_by_key(df, key_groups: int, state_dir: str):
     return df.groupBy("key").transformWithStateInPandas(_key_processor(), OUTPUT, "Update", "None")
 
 
-def group_by_count(df, key_groups: int):
+def group_by_count(df, key_groups: int, state_dir: str):
     return df.groupBy("key").count()
 
 
@@ -172,6 +264,8 @@ VARIANTS = {
     "applyInPandas, key groups, no state": (HDFS, apply_in_pandas_stateless),
     "applyInPandasWithState, key groups": (HDFS, apply_in_pandas_with_state),
     "  same, RocksDB": (ROCKSDB, apply_in_pandas_with_state),
+    "applyInPandas, key groups, own state": (HDFS, apply_in_pandas_own_state),
+    "applyInArrow, key groups, own state": (HDFS, apply_in_arrow_own_state),
     "transformWithStateInPandas, key groups": (ROCKSDB, transform_by_key_group),
     "transformWithStateInPandas, keys": (ROCKSDB, transform_by_key),
 }
@@ -185,8 +279,9 @@ def one_run(spark, name: str, records: int, keys: int, batches: int, key_groups:
            .option("numPartitions", "2").load()
            .selectExpr(f"value % {keys} AS key", "value"))
     work = tempfile.mkdtemp(prefix="bench-state-api-")
-    query = (plan(src, key_groups).writeStream.format("noop").outputMode("update")
-             .option("checkpointLocation", os.path.join(work, "chk")).start())
+    query = (plan(src, key_groups, os.path.join(work, "state")).writeStream.format("noop")
+             .outputMode("update").option("checkpointLocation", os.path.join(work, "chk"))
+             .start())
     try:
         deadline = time.monotonic() + 600
         while True:
@@ -215,8 +310,15 @@ def main() -> int:
     parser.add_argument("--key-groups", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--variants", default=";".join(VARIANTS),
+                        help="variant names separated by ';' (groupBy().count() always runs)")
     add_conf_argument(parser)
     args = parser.parse_args()
+    chosen = ["groupBy().count()"] + [v for v in args.variants.split(";")
+                                       if v and v != "groupBy().count()"]
+    unknown = [v for v in chosen if v not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown variants {unknown}; choose from {list(VARIANTS)}")
 
     from pyspark.sql import SparkSession
 
@@ -229,9 +331,9 @@ def main() -> int:
              .getOrCreate())
     sockets = python_sockets(spark)
     spark.sparkContext.setLogLevel("ERROR")
-    results = {name: [] for name in VARIANTS}
+    results = {name: [] for name in chosen}
     for round_no in range(args.warmup + args.rounds):
-        for name in VARIANTS:
+        for name in chosen:
             res = one_run(spark, name, args.records, args.keys, args.batches, args.key_groups)
             label = "warm-up" if round_no < args.warmup else f"round {round_no - args.warmup + 1}"
             print(f"{label} {name}: batch {res['batch']:.0f} ms", flush=True)

@@ -21,6 +21,9 @@ PIPELINE_TIMEOUT_S = 900
 #: recommends (one call a batch for each of 2 ranges of key groups, the shuffle partitions;
 #: each key's records as Arrow). A checkpointLocation keeps the parallelism it started with.
 RECOMMENDED_OPERATOR = ("--parallelism", "2", "--records-format", "arrow")
+#: ``barrier_demo.pipeline`` arguments: each key group's state between batches in the workdir's
+#: storage instead of Spark's state store (keyed_process runtime_store="backend").
+RUNTIMES_IN_BACKEND = ("--runtime-store", "backend")
 #: The source packing its records per key group of the pipeline's operator (its
 #: max_parallelism is 16); a checkpointLocation may switch it on and off between runs.
 PACKED_SOURCE = ("--source-option", "packedKeyGroups=16")

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import pytest
 
-from integration_tests.pipeline_support import RECOMMENDED_OPERATOR
+from integration_tests.pipeline_support import RECOMMENDED_OPERATOR, RUNTIMES_IN_BACKEND
 from integration_tests.test_exactly_once_random_kills import (_kills,
                                                               kill_at_random_then_exactly_once)
 
 KILLS = _kills(10)
+#: Kills of the run with the runtimes in the state backend (``--runtime-store backend``).
+BACKEND_KILLS = _kills(6)
 #: Input a kill: these settings read several times faster than the defaults, and a run that
 #: ends by itself before its kill fails the test (40 kills of 4,500 records did).
 PER_KILL = 15_000
@@ -32,3 +34,15 @@ def test_sigkill_at_uniformly_random_times_with_recommended_settings(bootstrap, 
                                                                     topic_factory, tmp_path):
     kill_at_random_then_exactly_once(bootstrap, kafka_admin, topic_factory, tmp_path, KILLS,
                                      RECOMMENDED_OPERATOR, PER_KILL)
+
+
+@pytest.mark.timeout(300 + 25 * BACKEND_KILLS)
+def test_sigkill_at_uniformly_random_times_with_runtimes_in_the_backend(bootstrap, kafka_admin,
+                                                                       topic_factory, tmp_path):
+    """The same with each key group's state between batches in the state backend
+    (``keyed_process(..., runtime_store="backend")``, :mod:`barrier_ops.batch_runtimes`): a kill
+    lands in a runtime's write, its deletion of older ones, or between a batch's runtimes and
+    its commit, and every run after it starts from the runtimes the last committed batch left."""
+    kill_at_random_then_exactly_once(bootstrap, kafka_admin, topic_factory, tmp_path,
+                                     BACKEND_KILLS, RECOMMENDED_OPERATOR + RUNTIMES_IN_BACKEND,
+                                     PER_KILL)
