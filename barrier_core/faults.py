@@ -47,6 +47,8 @@ class FaultPoint(str, enum.Enum):
 
     OPERATOR_SNAPSHOT = "operator_snapshot"      # a keyed operator call's snapshots are
     #                                              durable, their acknowledgements not emitted
+    OPERATOR_RUNTIME = "operator_runtime"        # runtime_store="backend": a call stored its
+    #                                              runtime for the batch, returned no rows
     TASK_OPEN = "task_open"                      # a sink task is about to open a transaction
     TASK_WRITE = "task_write"                    # a sink task wrote its rows, before pre-commit
     AFTER_PRECOMMIT = "after_precommit"          # a task pre-committed but did not return

@@ -38,9 +38,9 @@ with: a group that finds no runtime of its layout but runtimes of another raises
 from __future__ import annotations
 
 import logging
-import threading
 from typing import List, Optional, Tuple
 
+from barrier_core.faults import FaultPoint, fault_point
 from barrier_ops.exceptions import InvalidOptionError
 from barrier_ops.key_group_state import LAYOUT_CHANGED
 
@@ -50,9 +50,6 @@ logger = logging.getLogger(__name__)
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 ROOT = "runtime"
-
-_checked_layouts: set = set()
-_checked_lock = threading.Lock()
 
 _NOT_STREAMING = (
     "keyed_process(..., runtime_store='backend') keeps each key group's state per micro-batch "
@@ -112,19 +109,18 @@ class BatchRuntimes:
         """Store ``group``'s runtime after ``batch`` (atomic and durable when this returns),
         then delete ``stale`` (:meth:`load_before`'s second value)."""
         self._backend.put(f"{self._folder(group)}/{int(batch)}", blob)
+        fault_point(FaultPoint.OPERATOR_RUNTIME)
         if stale:
             self._backend.delete([f"{self._folder(group)}/{v}" for v in stale])
 
     def _check_layout(self, batch: int) -> None:
-        """Raise ``InvalidOptionError`` when the query's runtimes have another layout, or when a
-        batch after the first finds none at all: every batch with input calls at least one
-        group, which stores its runtime, so the query's earlier batches kept their state
-        elsewhere (``runtime_store="spark"``) or it was deleted, and starting empty would lose
-        it. Checked once per process and query while it passes."""
-        key = (id(type(self._backend)), self._backend.describe(), self._prefix)
-        with _checked_lock:
-            if key in _checked_layouts:
-                return
+        """Raise ``InvalidOptionError`` when the query's runtimes have another layout. One
+        listing of the query's runtimes, made only by a call that finds none of its group's (a
+        group's first batch with rows in the query). A batch after the first that finds no
+        runtime at all logs a warning: the group starts empty, which is right when no earlier
+        batch had rows for any group (a filter before the operator dropped them all) and loses
+        state when the runtimes were deleted. (A query that ran with ``runtime_store="spark"``
+        is refused by Spark itself: its stateful operator is gone from the plan.)"""
         stored = self._backend.list(self._query)
         others = sorted({p[len(self._query) + 1:].split("/", 1)[0] for p in stored}
                         - {self._layout})
@@ -133,16 +129,13 @@ class BatchRuntimes:
             now = self._layout.replace("ranges-", "parallelism=").replace("kg", "parallelism=None")
             raise InvalidOptionError(LAYOUT_CHANGED.format(then=then, now=now))
         if not stored and batch > 0:
-            raise InvalidOptionError(_NO_RUNTIMES.format(batch=batch,
-                                                         where=self._backend.location(self._query)))
-        with _checked_lock:
-            _checked_layouts.add(key)
+            logger.warning(_NO_RUNTIMES.format(batch=batch,
+                                               where=self._backend.location(self._query)))
 
 
 _NO_RUNTIMES = (
-    "keyed_process(..., runtime_store='backend') runs micro-batch {batch} of this query but "
-    "finds no state of its earlier batches at {where}: the query ran them with "
-    "runtime_store='spark' (Spark's state store), or that state was deleted. A running query "
-    "(its checkpointLocation) keeps the runtime_store it started with: run it with "
-    "runtime_store='spark' again, or start a new checkpointLocation with "
-    "keyed_process(..., runtime_store='backend', restore_from=<checkpoint id or savepoint>).")
+    "keyed_process(..., runtime_store='backend'): micro-batch {batch} of this query finds no "
+    "state of its earlier batches at {where}; its key groups start empty. That is right when no "
+    "earlier batch brought the operator a row. If the runtimes there were deleted, their state "
+    "is lost: stop the query and start a new checkpointLocation with "
+    "keyed_process(..., restore_from=<checkpoint id or savepoint>).")

@@ -236,10 +236,11 @@ def _on_backend_runtimes(keyed: DataFrame, group_col: str, opts: OperatorOptions
     backend between micro-batches (:mod:`barrier_ops.batch_runtimes`; plan built on the driver,
     the function runs on executors). Every row carries the batch's time
     (``current_timestamp()``, fixed per micro-batch as ``GroupState``'s processing time is), so
-    a retried or speculative task sees the time its first attempt saw. It travels as text:
-    Spark folds it into a constant each batch, and a constant number is written into the
-    batch's generated code (a new Java class to compile every batch, tens of ms of JIT on
-    the executors' cores) where a constant string is referenced by it."""
+    a retried or speculative task sees the time its first attempt saw. Spark puts the batch's
+    timestamp into the plan as a constant each batch; read as a number, that constant is
+    written into the stage's generated Java code, a new class to compile every batch (tens of
+    ms of the executors' CPU, in compiler and JIT). ``reflect`` turns it into text without
+    generated code, so the stage's code stays the same from batch to batch."""
     layout = layout_name(opts.parallelism)
     keyed = keyed.withColumn(BATCH_TIME_COLUMN,
                              F.expr("reflect('java.lang.String', 'valueOf', "

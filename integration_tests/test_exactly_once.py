@@ -15,8 +15,9 @@ import uuid
 import pytest
 
 from barrier_core.faults import FaultPoint, fault_env
-from integration_tests.pipeline_support import (assert_exactly_once, produce_input,
-                                                run_fault_chain, run_pipeline)
+from integration_tests.pipeline_support import (PACKED_SOURCE, RECOMMENDED_OPERATOR,
+                                                RUNTIMES_IN_BACKEND, assert_exactly_once,
+                                                produce_input, run_fault_chain, run_pipeline)
 
 RECORDS = 100_000
 KEYS = 997
@@ -61,6 +62,32 @@ def test_sigkill_at_every_protocol_step_in_one_run(sink, bootstrap, input_topic,
     packing = ("--source-option", "maxPartitions=2") if sink == "kafka" else ()
     run_fault_chain(bootstrap, input_topic, output, workdir, group, prefix, RECORDS, chain,
                     8_000, output_path, extra_args=packing)
+
+
+#: The steps a call of the operator with its runtimes in the state backend adds to or passes
+#: on a batch's way (``keyed_process(..., runtime_store="backend")``), in protocol order.
+RUNTIME_CRASH_POINTS = [FaultPoint.OPERATOR_SNAPSHOT, FaultPoint.OPERATOR_RUNTIME,
+                        FaultPoint.TASK_WRITE, FaultPoint.COMMIT_AFTER_METADATA,
+                        FaultPoint.AFTER_TRANSACTIONS]
+
+
+def test_sigkill_at_each_step_with_runtimes_in_the_backend(bootstrap, input_topic,
+                                                          topic_factory, tmp_path):
+    """The chain above with each key group's state between batches in the state backend and
+    the recommended settings (ranges, Arrow records, packed source rows): a kill after a
+    batch stored its runtimes but before its rows reached the sink (``operator_runtime``), or
+    anywhere later, and every restart runs the batch again from the runtimes the batch before
+    left; the output is a duplicate-free prefix after each kill and exactly-once at the end."""
+    output = topic_factory(2, prefix="eo_out_chain_runtimes")
+    workdir = str(tmp_path)
+    group, prefix = f"eo-rt-{uuid.uuid4().hex[:6]}", f"eo-rt-{uuid.uuid4().hex[:6]}"
+    chain = []
+    for point in RUNTIME_CRASH_POINTS:
+        crash_dir = os.path.join(workdir, f"crash-{point.value}")
+        chain.append((point.value, fault_env(crash_dir, crash_at=f"{point.value}:2"),
+                      os.path.join(crash_dir, "crashed"), lambda rc: rc == -9))
+    run_fault_chain(bootstrap, input_topic, output, workdir, group, prefix, RECORDS, chain,
+                    8_000, extra_args=RECOMMENDED_OPERATOR + PACKED_SOURCE + RUNTIMES_IN_BACKEND)
 
 
 @pytest.mark.skipif(not os.environ.get("BARRIER_KAFKA_SLOW"),

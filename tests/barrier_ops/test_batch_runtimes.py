@@ -81,12 +81,38 @@ def test_runtime_store_is_spark_or_a_backend_every_executor_reaches(tmp_path):
     assert OperatorOptions("op", "memory://m").runtime_store == "spark"
 
 
-def test_a_batch_after_the_first_refuses_to_start_from_no_state_at_all(tmp_path):
-    """A query that ran its earlier batches with runtime_store='spark' (or whose runtimes were
-    deleted) would otherwise start every key group empty."""
-    with pytest.raises(InvalidOptionError, match="finds no state of its earlier batches at "
-                                                 ".*runtime_store='spark'"):
-        _runtimes(tmp_path).load_before(0, 3)
-    assert _runtimes(tmp_path).load_before(0, 0) == (None, [])   # a new query's first batch
-    _runtimes(tmp_path, query="q2").save(5, 0, b"g5", [])
-    assert _runtimes(tmp_path, query="q2").load_before(0, 1) == (None, [])  # a group new in 1
+def test_a_batch_after_the_first_finding_no_state_at_all_starts_empty_and_warns(tmp_path,
+                                                                              caplog):
+    """No runtime at all in batch 3: right when no earlier batch brought the operator a row,
+    state lost when the runtimes were deleted; the executor's log says which."""
+    with caplog.at_level("WARNING", logger="barrier_ops.batch_runtimes"):
+        assert _runtimes(tmp_path).load_before(0, 3) == (None, [])
+    assert "micro-batch 3 of this query finds no state of its earlier batches" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="barrier_ops.batch_runtimes"):
+        assert _runtimes(tmp_path).load_before(0, 0) == (None, [])   # a new query's first batch
+        _runtimes(tmp_path, query="q2").save(5, 0, b"g5", [])
+        assert _runtimes(tmp_path, query="q2").load_before(0, 1) == (None, [])  # a group new in 1
+    assert caplog.text == ""
+
+
+def test_the_operator_runtime_fault_fires_after_the_runtime_is_stored(tmp_path, monkeypatch):
+    """``operator_runtime`` (the exactly-once suite kills there): armed, a call fails with its
+    runtime for the batch stored and the older ones not yet deleted; a retry of the batch
+    still reads what the batch before left."""
+    from barrier_core import faults
+
+    rt = _runtimes(tmp_path)
+    for batch in range(2):
+        rt.save(0, batch, f"after-{batch}".encode(), rt.load_before(0, batch)[1])
+    env = faults.fault_env(str(tmp_path / "faults"),
+                           fail_at=f"{faults.FaultPoint.OPERATOR_RUNTIME.value}:1")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    blob, stale = rt.load_before(0, 2)
+    assert (blob, stale) == (b"after-1", [0])
+    with pytest.raises(faults.InjectedFailure):
+        rt.save(0, 2, b"after-2", stale)
+    assert FilesystemStateBackend(str(tmp_path)).list("runtime/op-op/q1/kg/0") == [
+        "runtime/op-op/q1/kg/0/0", "runtime/op-op/q1/kg/0/1", "runtime/op-op/q1/kg/0/2"]
+    assert rt.load_before(0, 2)[0] == b"after-1"
