@@ -13,11 +13,15 @@ only counts each key group's keys: the part of the keyed operator's cost that is
 Python API and not the operator's own work. ``keyed-ranges`` is the keyed count with the
 settings operations.md recommends (``parallelism`` = shuffle partitions, records as Arrow),
 ``api-floor-ranges`` its floor (one call a task), and ``keyed-packed-ranges`` the same settings
-on the source's packed rows (``packed`` = ``--max-parallelism``). ``--rounds`` repeats the runs
+on the source's packed rows (``packed`` = ``--max-parallelism``); ``...-runtimes`` those two with
+each range's state between batches in the state backend (``runtime_store="backend"``: stateless
+``applyInPandas``, so no ``applyInPandasWithState`` floor applies). ``--rounds`` repeats the runs
 alternated (A B C ..., A B C ...) and the table gives each query's best and median.
 
     python benchmarks/bench_operator.py --batches 8 --records 20000 --keys 1000 --rounds 3
     python benchmarks/bench_operator.py --rounds 6 --queries keyed-ranges,api-floor-ranges
+    python benchmarks/bench_operator.py --rounds 3 --queries \
+        keyed-ranges,keyed-packed-ranges,keyed-ranges-runtimes,keyed-packed-ranges-runtimes
     python benchmarks/bench_operator.py --rounds 2 --records 100000 --batches 6 \
         --max-parallelism 128 --queries keyed-ranges,keyed-packed-ranges
 """
@@ -233,6 +237,14 @@ def main(argv=None):
                # the same on the source's packed rows (packedKeyGroups = max_parallelism)
                ("keyed-packed-ranges", keyed("e", parallelism=args.shuffle_partitions,
                                              records_format="arrow"),
+                dict(base, packed=args.max_parallelism)),
+               # those two with each range's state between batches in the state backend
+               ("keyed-ranges-runtimes", keyed("f", parallelism=args.shuffle_partitions,
+                                               records_format="arrow",
+                                               runtime_store="backend"), base),
+               ("keyed-packed-ranges-runtimes", keyed("g", parallelism=args.shuffle_partitions,
+                                                      records_format="arrow",
+                                                      runtime_store="backend"),
                 dict(base, packed=args.max_parallelism)))
     if args.queries:
         wanted = {"plain", *args.queries.split(",")}
@@ -292,7 +304,9 @@ def main(argv=None):
                             ("api-floor", "plain"), ("keyed", "api-floor"),
                             ("keyed-ranges", "plain"), ("api-floor-ranges", "plain"),
                             ("keyed-ranges", "api-floor-ranges"),
-                            ("keyed-packed-ranges", "plain")):
+                            ("keyed-packed-ranges", "plain"),
+                            ("keyed-ranges-runtimes", "plain"),
+                            ("keyed-packed-ranges-runtimes", "plain")):
         if name not in rows or base_name not in rows:
             continue
         r, b = rows[name], rows[base_name]
