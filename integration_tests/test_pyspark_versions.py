@@ -2,7 +2,8 @@
 
 The whole suite runs on the PySpark this project installs (the newest). The compatibility suite
 runs on the newest patch release of each older minor version (``kafka_harness.pyspark_versions``):
-the unit tests, every source option, the notebooks, the operator's packed output against one row
+the unit tests, every source option, the notebooks, the operator with its state between batches in
+the state backend (``runtime_store="backend"``), the operator's packed output against one row
 per record (PySpark's own pandas-to-Arrow conversion decides it), the source's packed rows
 against one row per record (PySpark's Arrow-to-pandas conversion decides what the function
 sees) and the exactly-once pipeline
@@ -35,6 +36,7 @@ COMPAT_SELECTION = [
     "integration_tests/test_packed_source.py",
     "integration_tests/test_arrow_records.py",
     "integration_tests/test_key_group_ranges.py",
+    "integration_tests/test_runtime_store.py",
     "integration_tests/test_jar_archives.py",
     "integration_tests/test_pyspark_versions.py::test_exactly_once_with_a_kill_on_this_pyspark",
 ]
