@@ -19,7 +19,8 @@ import pytest
 
 from barrier_core.faults import FaultPoint, fault_env
 from integration_tests.pipeline_support import (PACKED_SOURCE, RECOMMENDED_OPERATOR,
-                                                produce_input, run_fault_chain)
+                                                RUNTIMES_IN_BACKEND, produce_input,
+                                                run_fault_chain)
 
 RECORDS = 80_000
 KEYS = 499
@@ -31,6 +32,20 @@ def raise_input(kafka_admin, bootstrap):
     return produce_input(kafka_admin, bootstrap, RECORDS, KEYS)
 
 
+#: Steps every pipeline passes; ``operator_runtime`` only with ``runtime_store="backend"``.
+SPARK_STORE_POINTS = [p for p in FaultPoint if p is not FaultPoint.OPERATOR_RUNTIME]
+
+
+def _raise_chain(workdir: str, points) -> list:
+    chain = []
+    for point in points:
+        crash_dir = os.path.join(workdir, f"fail-{point.value}")
+        chain.append((point.value, fault_env(crash_dir, fail_at=f"{point.value}:2"),
+                      os.path.join(crash_dir, f"failed-{point.value}"),
+                      lambda rc: rc not in (0, -9)))  # the failure fails the query
+    return chain
+
+
 @pytest.mark.parametrize("sink", ["kafka", "files"])
 def test_raise_at_every_protocol_step_then_restart(sink, bootstrap, raise_input, topic_factory,
                                                    tmp_path):
@@ -38,14 +53,24 @@ def test_raise_at_every_protocol_step_then_restart(sink, bootstrap, raise_input,
     output_path = str(tmp_path / "files-out") if sink == "files" else None
     workdir = str(tmp_path)
     group, prefix = f"eo-raise-{uuid.uuid4().hex[:6]}", f"eo-raise-{uuid.uuid4().hex[:6]}"
-    chain = []
-    for point in FaultPoint:
-        crash_dir = os.path.join(workdir, f"fail-{point.value}")
-        chain.append((point.value, fault_env(crash_dir, fail_at=f"{point.value}:2"),
-                      os.path.join(crash_dir, f"failed-{point.value}"),
-                      lambda rc: rc not in (0, -9)))  # the failure fails the query
-    run_fault_chain(bootstrap, raise_input, output, workdir, group, prefix, RECORDS, chain,
-                    BATCH, output_path)
+    run_fault_chain(bootstrap, raise_input, output, workdir, group, prefix, RECORDS,
+                    _raise_chain(workdir, SPARK_STORE_POINTS), BATCH, output_path)
+
+
+def test_raise_at_the_operator_steps_with_runtimes_in_the_backend(bootstrap, raise_input,
+                                                                  topic_factory, tmp_path):
+    """With each key group's state between batches in the state backend
+    (``runtime_store="backend"``) and the recommended settings: a call raises after its
+    snapshots are durable, one after it stored its runtime for the batch and before its rows
+    left (``operator_runtime``), a sink task after writing; each failure fails the query, and
+    each restart runs the batch again from the runtimes the batch before left."""
+    output = topic_factory(2, prefix="eo_out_raise_runtimes")
+    workdir = str(tmp_path)
+    group, prefix = f"eo-rrt-{uuid.uuid4().hex[:6]}", f"eo-rrt-{uuid.uuid4().hex[:6]}"
+    points = [FaultPoint.OPERATOR_SNAPSHOT, FaultPoint.OPERATOR_RUNTIME, FaultPoint.TASK_WRITE]
+    run_fault_chain(bootstrap, raise_input, output, workdir, group, prefix, RECORDS,
+                    _raise_chain(workdir, points), BATCH,
+                    extra_args=RECOMMENDED_OPERATOR + PACKED_SOURCE + RUNTIMES_IN_BACKEND)
 
 
 def test_a_range_call_whose_snapshot_store_fails_then_restart(bootstrap, raise_input,
