@@ -9,8 +9,9 @@ import pytest
 
 from barrier_ops.examples.word_count import OUTPUT_SCHEMA, CountPerKey
 from barrier_ops.operator import keyed_process
-from barrier_ops.testing import make_script, reference_counts, snapshot_values, write_script
-from integration_tests.operator_helpers import script_stream
+from barrier_ops.testing import make_script, reference_counts, write_script
+from integration_tests.operator_helpers import (assert_counted_like_the_script, final_counts,
+                                                script_stream)
 from state_backends.filesystem import FilesystemStateBackend
 
 MAXP = 8
@@ -38,19 +39,8 @@ def test_runtimes_in_the_backend_count_exactly_without_spark_state(script_spark,
         query.stop()
     assert len(progress) == 5 and not any(p["stateOperators"] for p in progress)
     rows = script_spark.sql(f"select * from {name}").collect()
-    final = {}
-    for r in rows:
-        if r.kind == "record":
-            final[r.word] = max(final.get(r.word, 0), r["count"])
-    assert final == dict(reference_counts(script))
     backend = FilesystemStateBackend(str(tmp_path / "state"))
-    for n in (1, 2, 3):
-        assert snapshot_values(backend, n, "counted", MAXP) == reference_counts(script, n)
-    acks = sorted((r.partition, r.checkpoint_id) for r in rows if r.kind == "ack")
-    assert acks == [(kg, n) for kg in range(MAXP) for n in (1, 2, 3)]
-    for kg in range(MAXP):
-        offsets = sorted(r.offset for r in rows if r.kind == "record" and r.partition == kg)
-        assert offsets == list(range(len(offsets)))
+    assert_counted_like_the_script(rows, script, backend, "counted", MAXP)
     # the runtimes: under the query's id, at most two a group, the newest from the last batch
     layout = "kg" if parallelism is None else f"ranges-{parallelism}"
     stored = backend.list(f"runtime/op-counted/{query_id}/{layout}")
@@ -83,11 +73,8 @@ def test_runtimes_on_s3_count_exactly(script_spark, tmp_path, s3_server, s3_buck
         query_id = query.id
     finally:
         query.stop()
-    final = {}
-    for r in script_spark.sql("select * from runtimes_s3").collect():
-        if r.kind == "record":
-            final[r.word] = max(final.get(r.word, 0), r["count"])
-    assert final == dict(reference_counts(script))
+    rows = script_spark.sql("select * from runtimes_s3").collect()
+    assert final_counts(rows) == dict(reference_counts(script))
     backend = backend_from_uri(f"s3://{s3_bucket}/state", s3)
     kept = {}
     for p in backend.list("runtime"):
