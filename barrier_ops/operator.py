@@ -268,10 +268,22 @@ def _on_backend_runtimes(keyed: DataFrame, group_col: str, opts: OperatorOptions
 
     # the groups spread over the shuffle partitions as the "spark" store spreads them: Spark
     # runs a stateless stream adaptively, and would coalesce a small batch into one task
-    partitions = int(keyed.sparkSession.conf.get("spark.sql.shuffle.partitions"))
-    grouped = (keyed.repartition(partitions, group_col).groupBy(group_col)
-               .applyInPandas(run_group, result_schema))
+    partitions = shuffle_partition_count(
+        keyed.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+    if partitions is not None:
+        keyed = keyed.repartition(partitions, group_col)
+    grouped = keyed.groupBy(group_col).applyInPandas(run_group, result_schema)
     return grouped if pack is None else unpack(grouped, user_schema, CONTROL_FIELDS)
+
+
+def shuffle_partition_count(setting) -> Optional[int]:
+    """``spark.sql.shuffle.partitions`` as a count, or None where it is not one (Databricks'
+    ``auto``: the platform sizes each shuffle itself)."""
+    try:
+        count = int(str(setting).strip())
+    except ValueError:
+        return None
+    return count if count > 0 else None
 
 
 def with_ranges(keyed: DataFrame, max_parallelism: int, parallelism: int) -> DataFrame:

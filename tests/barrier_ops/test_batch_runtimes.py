@@ -116,3 +116,14 @@ def test_the_operator_runtime_fault_fires_after_the_runtime_is_stored(tmp_path, 
     assert FilesystemStateBackend(str(tmp_path)).list("runtime/op-op/q1/kg/0") == [
         "runtime/op-op/q1/kg/0/0", "runtime/op-op/q1/kg/0/1", "runtime/op-op/q1/kg/0/2"]
     assert rt.load_before(0, 2)[0] == b"after-1"
+
+
+def test_the_operator_spreads_its_groups_over_a_counted_shuffle_only():
+    """``runtime_store="backend"`` repartitions by the shuffle partitions when they are a count;
+    Databricks' ``spark.sql.shuffle.partitions=auto`` is left to the platform."""
+    from barrier_ops.operator import shuffle_partition_count
+
+    assert shuffle_partition_count("2") == 2
+    assert shuffle_partition_count(" 200 ") == 200
+    assert shuffle_partition_count("auto") is None
+    assert shuffle_partition_count("0") is None
