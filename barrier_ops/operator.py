@@ -31,9 +31,9 @@ from __future__ import annotations
 import logging
 from typing import Callable, Optional, Union
 
+import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import (ArrayType, IntegerType, LongType, StringType,
                                StructField, StructType, TimestampType)
 
@@ -262,9 +262,10 @@ def _on_backend_runtimes(keyed: DataFrame, group_col: str, opts: OperatorOptions
         return out if len(out) else no_rows
 
     result_schema = out_schema if pack is None else packed_schema(user_schema, CONTROL_FIELDS)
-    # a call without output rows returns this: every column typed as the schema says (PySpark
-    # writes all of a task's results into one Arrow stream, which takes one schema)
-    no_rows = to_arrow_schema(result_schema).empty_table().to_pandas()
+    # a call without output rows returns this: every column of the schema, of a dtype PySpark
+    # converts to any Arrow type (PySpark writes a task's results into one Arrow stream, one
+    # schema: a frame without columns breaks it, and an empty float column cannot become a list)
+    no_rows = pd.DataFrame({f.name: pd.Series([], dtype=object) for f in result_schema.fields})
 
     # the groups spread over the shuffle partitions as the "spark" store spreads them: Spark
     # runs a stateless stream adaptively, and would coalesce a small batch into one task

@@ -128,3 +128,30 @@ def test_a_query_cannot_move_from_sparks_store_to_the_backend(script_spark, tmp_
     starting every key group empty."""
     error = _two_runs(script_spark, tmp_path, "spark")
     assert error is not None and "STREAMING_STATEFUL_OPERATOR_NOT_MATCH" in error, error
+
+
+class CountWithTags(CountPerKey):
+    """The word count plus a map column: output PySpark cannot pack, so every call returns one
+    row per output row, and a call without any (only control rows) returns an empty frame."""
+
+    def process_records(self, key, records, state):
+        return [(word, count, {"seen": count}) for word, count
+                in super().process_records(key, records, state)]
+
+
+def test_unpacked_output_and_calls_without_rows(script_spark, tmp_path):
+    script = make_script(23, partitions=2, records=30, checkpoints=2, batches=4, keys="abc")
+    path = write_script(script, str(tmp_path / "script.json"))
+    out = keyed_process(script_stream(script_spark, path), "key", CountWithTags(),
+                        "word string, count long, tags map<string,bigint>",
+                        operator_id="tagged", state_backend=f"file://{tmp_path}/state",
+                        max_parallelism=MAXP, runtime_store="backend")
+    query = (out.writeStream.format("memory").queryName("runtimes_tagged")
+             .option("checkpointLocation", str(tmp_path / "chk")).outputMode("append").start())
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    rows = script_spark.sql("select * from runtimes_tagged").collect()
+    assert final_counts(rows) == dict(reference_counts(script))
+    assert all(r.tags == {"seen": r["count"]} for r in rows if r.kind == "record")
