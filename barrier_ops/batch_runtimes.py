@@ -75,6 +75,11 @@ def layout_name(parallelism: Optional[int]) -> str:
     return "kg" if parallelism is None else f"ranges-{int(parallelism)}"
 
 
+def _as_option(layout: str) -> str:
+    """A layout as the ``parallelism`` that makes it: ``parallelism=None`` or ``=<n>``."""
+    return "parallelism=None" if layout == "kg" else layout.replace("ranges-", "parallelism=")
+
+
 class BatchRuntimes:
     """The runtimes of one operator in one streaming query, in ``backend`` (executor)."""
 
@@ -125,9 +130,8 @@ class BatchRuntimes:
         others = sorted({p[len(self._query) + 1:].split("/", 1)[0] for p in stored}
                         - {self._layout})
         if others:
-            then = others[0].replace("ranges-", "parallelism=").replace("kg", "parallelism=None")
-            now = self._layout.replace("ranges-", "parallelism=").replace("kg", "parallelism=None")
-            raise InvalidOptionError(LAYOUT_CHANGED.format(then=then, now=now))
+            raise InvalidOptionError(LAYOUT_CHANGED.format(then=_as_option(others[0]),
+                                                           now=_as_option(self._layout)))
         if not stored and batch > 0:
             logger.warning(_NO_RUNTIMES.format(batch=batch,
                                                where=self._backend.location(self._query)))
