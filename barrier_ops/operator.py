@@ -200,24 +200,30 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
         keyed = with_ranges(keyed, max_parallelism, parallelism)
         group_col, run, index_of = RANGE_COLUMN, run_range, range_indexes(parallelism)
 
-    def run_key_group(key, pdfs, state):
+    def group_of(key) -> int:
+        """The key group, or the range's index, of a Spark grouping key (executor)."""
+        return int(key[0]) if parallelism is None else index_of[int(key[0])]
+
+    def run_group(group, blob, pdfs, batch_time_ms):
+        """Key group (range) ``group``'s batch through its runtime (``blob``, or None for a
+        new one): the output rows and the runtime's new state value (executor)."""
         freeze_long_lived_objects()
         keep_jar_directories()
-        blob = state.get[0] if state.exists else None
-        group = int(key[0]) if parallelism is None else index_of[int(key[0])]
         if packed_input:
             pdfs = unpack_frames(pdfs, input_zone, KEY_GROUP_COLUMN)
-        out, blob = run(opts, kfn, key_col, user_columns, group, blob, pdfs,
-                        state.getCurrentProcessingTimeMs(), pack, time_zone, record_types)
+        return run(opts, kfn, key_col, user_columns, group, blob, pdfs, batch_time_ms, pack,
+                   time_zone, record_types)
+
+    def run_key_group(key, pdfs, state):
+        out, blob = run_group(group_of(key), state.get[0] if state.exists else None, pdfs,
+                              state.getCurrentProcessingTimeMs())
         state.update((blob,))
         if len(out):
             yield out
 
     if runtime_store == RUNTIME_BACKEND:
-        return _on_backend_runtimes(keyed, group_col, opts, kfn, key_col, user_columns, run,
-                                    None if parallelism is None else index_of, packed_input,
-                                    input_zone, pack, time_zone, record_types, user_schema,
-                                    out_schema)
+        return _on_backend_runtimes(keyed, group_col, opts, group_of, run_group, pack,
+                                    user_schema, out_schema)
     grouped = keyed.groupBy(group_col)
     if pack is None:
         return grouped.applyInPandasWithState(run_key_group, out_schema, STATE_SCHEMA, "append",
@@ -228,13 +234,14 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
     return unpack(packed, user_schema, CONTROL_FIELDS)
 
 
-def _on_backend_runtimes(keyed: DataFrame, group_col: str, opts: OperatorOptions, kfn,
-                         key_col: str, user_columns, run, index_of: Optional[dict],
-                         packed_input: bool, input_zone, pack, time_zone, record_types,
+def _on_backend_runtimes(keyed: DataFrame, group_col: str, opts: OperatorOptions,
+                         group_of: Callable, run_group: Callable, pack,
                          user_schema: StructType, out_schema: StructType) -> DataFrame:
     """The operator on stateless ``applyInPandas``, each group's runtime kept in the state
     backend between micro-batches (:mod:`barrier_ops.batch_runtimes`; plan built on the driver,
-    the function runs on executors). Every row carries the batch's time
+    the function runs on executors). ``group_of(key)`` names a Spark group's key group (range)
+    and ``run_group(group, blob, frames, batch_time_ms)`` runs its batch, as for
+    ``applyInPandasWithState``. Every row carries the batch's time
     (``current_timestamp()``, fixed per micro-batch as ``GroupState``'s processing time is), so
     a retried or speculative task sees the time its first attempt saw. Spark puts the batch's
     timestamp into the plan as a constant each batch; read as a number, that constant is
@@ -246,18 +253,14 @@ def _on_backend_runtimes(keyed: DataFrame, group_col: str, opts: OperatorOptions
                              F.expr("reflect('java.lang.String', 'valueOf', "
                                     "unix_millis(current_timestamp()))"))
 
-    def run_group(key, pdf):
-        freeze_long_lived_objects()
-        keep_jar_directories()
+    def run_stateless(key, pdf):
         query_id, batch = batch_identity()
         batch_ms = int(pdf[BATCH_TIME_COLUMN].iat[0])
         del pdf[BATCH_TIME_COLUMN]
-        group = int(key[0]) if index_of is None else index_of[int(key[0])]
+        group = group_of(key)
         runtimes = BatchRuntimes(opts.open_backend(), opts.operator_id, query_id, layout)
         blob, stale = runtimes.load_before(group, batch)
-        pdfs = unpack_frames([pdf], input_zone, KEY_GROUP_COLUMN) if packed_input else [pdf]
-        out, blob = run(opts, kfn, key_col, user_columns, group, blob, pdfs, batch_ms, pack,
-                        time_zone, record_types)
+        out, blob = run_group(group, blob, [pdf], batch_ms)
         runtimes.save(group, batch, blob, stale)
         return out if len(out) else no_rows
 
@@ -273,7 +276,7 @@ def _on_backend_runtimes(keyed: DataFrame, group_col: str, opts: OperatorOptions
         keyed.sparkSession.conf.get("spark.sql.shuffle.partitions"))
     if partitions is not None:
         keyed = keyed.repartition(partitions, group_col)
-    grouped = keyed.groupBy(group_col).applyInPandas(run_group, result_schema)
+    grouped = keyed.groupBy(group_col).applyInPandas(run_stateless, result_schema)
     return grouped if pack is None else unpack(grouped, user_schema, CONTROL_FIELDS)
 
 

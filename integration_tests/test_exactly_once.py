@@ -42,6 +42,17 @@ def input_topic(kafka_admin, bootstrap):
     return produce_input(kafka_admin, bootstrap, RECORDS, KEYS)
 
 
+def _kill_chain(workdir: str, points) -> list:
+    """:func:`run_fault_chain`'s faults: a SIGKILL at the second arrival at each of ``points``,
+    one run after the other."""
+    chain = []
+    for point in points:
+        crash_dir = os.path.join(workdir, f"crash-{point.value}")
+        chain.append((point.value, fault_env(crash_dir, crash_at=f"{point.value}:2"),
+                      os.path.join(crash_dir, "crashed"), lambda rc: rc == -9))
+    return chain
+
+
 @pytest.mark.parametrize("sink", ["kafka", "files"])
 def test_sigkill_at_every_protocol_step_in_one_run(sink, bootstrap, input_topic, topic_factory,
                                                    tmp_path):
@@ -54,14 +65,10 @@ def test_sigkill_at_every_protocol_step_in_one_run(sink, bootstrap, input_topic,
     output_path = str(tmp_path / "files-out") if sink == "files" else None
     workdir = str(tmp_path)
     group, prefix = f"eo-chain-{uuid.uuid4().hex[:6]}", f"eo-chain-{uuid.uuid4().hex[:6]}"
-    chain = []
-    for point, _occurrence in CRASH_POINTS:
-        crash_dir = os.path.join(workdir, f"crash-{point.value}")
-        chain.append((point.value, fault_env(crash_dir, crash_at=f"{point.value}:2"),
-                      os.path.join(crash_dir, "crashed"), lambda rc: rc == -9))
     packing = ("--source-option", "maxPartitions=2") if sink == "kafka" else ()
-    run_fault_chain(bootstrap, input_topic, output, workdir, group, prefix, RECORDS, chain,
-                    8_000, output_path, extra_args=packing)
+    run_fault_chain(bootstrap, input_topic, output, workdir, group, prefix, RECORDS,
+                    _kill_chain(workdir, [point for point, _ in CRASH_POINTS]), 8_000,
+                    output_path, extra_args=packing)
 
 
 #: The steps a call of the operator with its runtimes in the state backend adds to or passes
@@ -81,13 +88,9 @@ def test_sigkill_at_each_step_with_runtimes_in_the_backend(bootstrap, input_topi
     output = topic_factory(2, prefix="eo_out_chain_runtimes")
     workdir = str(tmp_path)
     group, prefix = f"eo-rt-{uuid.uuid4().hex[:6]}", f"eo-rt-{uuid.uuid4().hex[:6]}"
-    chain = []
-    for point in RUNTIME_CRASH_POINTS:
-        crash_dir = os.path.join(workdir, f"crash-{point.value}")
-        chain.append((point.value, fault_env(crash_dir, crash_at=f"{point.value}:2"),
-                      os.path.join(crash_dir, "crashed"), lambda rc: rc == -9))
-    run_fault_chain(bootstrap, input_topic, output, workdir, group, prefix, RECORDS, chain,
-                    8_000, extra_args=RECOMMENDED_OPERATOR + PACKED_SOURCE + RUNTIMES_IN_BACKEND)
+    run_fault_chain(bootstrap, input_topic, output, workdir, group, prefix, RECORDS,
+                    _kill_chain(workdir, RUNTIME_CRASH_POINTS), 8_000,
+                    extra_args=RECOMMENDED_OPERATOR + PACKED_SOURCE + RUNTIMES_IN_BACKEND)
 
 
 @pytest.mark.skipif(not os.environ.get("BARRIER_KAFKA_SLOW"),
