@@ -6,7 +6,7 @@ each group's :class:`~barrier_ops.runtime.KeyGroupRuntime` (keyed state, alignme
 records, timers) is its ``GroupState``. PySpark's stateful API costs a batch more than the
 grouped map it is built on (benchmarks/bench_state_api.py: at 10,000-record batches
 ``applyInPandasWithState`` runs at about 0.8x Spark's ``groupBy().count()``, stateless
-``applyInPandas`` writing the same state to files itself at about 1.05x). With ``"backend"`` the
+``applyInPandas`` keeping the same state with this module at about 1.05-1.25x). With ``"backend"`` the
 operator runs on stateless ``applyInPandas`` and this module keeps the runtimes, as Spark's
 state store would, versioned by micro-batch:
 

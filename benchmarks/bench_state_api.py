@@ -14,9 +14,9 @@ difference:
   ``keyed_process`` assigns them), the group's counts pickled into one binary state value (the
   operator's layout), on the default state store and on RocksDB;
 * ``applyInPandas`` and ``applyInArrow`` by key group, each call keeping the group's pickled
-  counts itself, as ``keyed_process(..., runtime_store="backend")`` keeps its runtimes: a file
-  per key group and micro-batch (batch id from Spark's task properties), fsynced, the newest of
-  an earlier batch read back ("own state");
+  counts itself with the code ``keyed_process(..., runtime_store="backend")`` keeps its
+  runtimes with (:mod:`barrier_ops.batch_runtimes`): a file per key group and micro-batch,
+  fsynced, the newest of an earlier batch read back ("own state");
 * ``transformWithStateInPandas`` by key group, the same pickled counts in one ``ValueState``;
 * ``transformWithStateInPandas`` by key, one ``ValueState`` count per key (the layout the API is
   made for; one call per key and batch).
@@ -122,53 +122,19 @@ def _batch_id() -> int:
     return int(TaskContext.get().getLocalProperty("streaming.sql.batchId"))
 
 
-def _fsync_folder(folder: str) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _load_before(folder: str, batch: int):
-    """The key group's newest state file in ``folder`` written by a batch before ``batch`` (its
-    bytes, None for none): a retried or re-run batch reads what the batch before it left, never
-    its own earlier attempt's (executor)."""
-    try:
-        versions = [int(n) for n in os.listdir(folder) if n.isdigit()]
-    except FileNotFoundError:
-        return None
-    older = [v for v in versions if v < batch]
-    if not older:
-        return None
-    with open(os.path.join(folder, str(max(older))), "rb") as f:
-        return f.read()
-
-
-def _store(folder: str, batch: int, blob: bytes, keep: int = 2) -> None:
-    """Write the key group's state for ``batch`` as a local disk would keep it durable (a
-    temporary file synced and renamed over ``folder/<batch>``, the folder synced), then delete
-    all but the newest ``keep`` versions before ``batch`` (executor)."""
-    os.makedirs(folder, exist_ok=True)
-    tmp = os.path.join(folder, f".tmp-{batch}-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(blob)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, os.path.join(folder, str(batch)))
-    _fsync_folder(folder)
-    older = sorted(int(n) for n in os.listdir(folder) if n.isdigit() and int(n) < batch)
-    for v in older[:-keep]:
-        os.unlink(os.path.join(folder, str(v)))
-
-
 def _own_state(kg, seen: dict, state_dir: str):
-    """The key group's counts plus ``seen``, loaded from and stored to ``state_dir`` versioned
-    by micro-batch (executor)."""
-    folder = os.path.join(state_dir, f"kg-{int(kg)}")
-    batch = _batch_id()
-    counts, blob = _merged(_load_before(folder, batch), seen)
-    _store(folder, batch, blob)
+    """The key group's counts plus ``seen``, kept in ``state_dir`` as the keyed operator keeps
+    its runtimes with ``runtime_store="backend"`` (:class:`~barrier_ops.batch_runtimes.
+    BatchRuntimes` on a local-disk backend: a file per key group and micro-batch, the newest of
+    an earlier batch read back; executor)."""
+    from barrier_ops.batch_runtimes import BatchRuntimes
+    from state_backends.filesystem import FilesystemStateBackend
+
+    runtimes = BatchRuntimes(FilesystemStateBackend(state_dir), "bench", "query", "kg")
+    batch, group = _batch_id(), int(kg)
+    blob, stale = runtimes.load_before(group, batch)
+    counts, blob = _merged(blob, seen)
+    runtimes.save(group, batch, blob, stale)
     return counts
 
 
