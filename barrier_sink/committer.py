@@ -19,7 +19,8 @@ Protocol of ``on_batch_committed(N)`` (numbered as in the code):
    whose slot an earlier attempt of batch N already committed duplicates committed output:
    abort it. Uncommitted handles of the earlier attempt are aborted (they were fenced, or the
    replay made new ones for their slots).
-2. Record batch N durably (one atomic put).
+2. Record batch N durably (one atomic put); then ``after_record`` (the Kafka sink seals the
+   batch against its late attempts: :mod:`barrier_sink.attempt_claims`).
 3. Feed barriers and acks to the checkpoint coordinator, which completes checkpoints (metadata
    written last) and returns the newest completed checkpoint.
 4. notifyCheckpointComplete(n): commit every recorded, uncommitted handle of epoch <= n (handles
@@ -226,6 +227,7 @@ class SinkCommitter(ABC):
                   "records": sum(m.records for m in messages),
                   "timings": slowest_task(messages)}
         self._store_batch(record)
+        self.after_record(batch_id, messages)
         # Step 3. Let the coordinator complete checkpoints.
         coordinator = self._coordinator_factory()
         completed = coordinator.on_batch(batch_id, record["barriers"], record["acks"],
@@ -408,6 +410,10 @@ class SinkCommitter(ABC):
         with ThreadPoolExecutor(max_workers=min(self.COMMIT_PARALLELISM, len(rest)),
                                 thread_name_prefix="barrier-commit") as pool:
             return first + list(pool.map(commit, rest))
+
+    def after_record(self, batch_id: int, messages: List[SinkCommitMessage]) -> None:
+        """Hook: batch ``batch_id``'s record is durable, no checkpoint completed with it yet.
+        Default: nothing. Runs in the driver commit worker."""
 
     def after_commit(self, checkpoint_id: int, handles: List[dict]) -> None:
         """Hook: every handle checkpoint ``checkpoint_id`` committed (also ones an interrupted

@@ -5,10 +5,12 @@ Input columns (as Spark's Kafka sink): ``value`` (string or binary, required), o
 columns ``kind`` and ``checkpoint_id`` (and ``ack`` after a keyed operator, ``barrier_channels``
 and ``checkpoint_timestamp`` from the source). Executors write each task's rows of one epoch in
 one Kafka transaction. Its transactional.id comes from the task attempt's pool
-(``<prefix>-p<task>-a<attempt>-s<slot>``, reused only after the transaction last recorded under
-it ended: :mod:`barrier_sink.id_pool`), or with ``transaction.naming.strategy`` INCREMENTING is
-``<prefix>-b<batch>-p<task>-a<attempt>-e<epoch>``. Every attempt of a task (retry, speculative
-copy) has its own ids, so no attempt fences another's pre-committed transaction. Spark hands the
+(``<prefix>-r<run>-p<task>-a<attempt>-s<slot>``, reused only after the transaction last recorded under
+it ended: :mod:`barrier_sink.id_pool`; an attempt claims it before initialising it and stops if
+its batch is already committed: :mod:`barrier_sink.attempt_claims`), or with
+``transaction.naming.strategy`` INCREMENTING is ``<prefix>-b<batch>-p<task>-a<attempt>-e<epoch>``.
+Every attempt of a task (retry, speculative copy) has its own ids, so no attempt fences
+another's pre-committed transaction. Spark hands the
 driver the winning attempt's handles; the driver commits them when the epoch's checkpoint
 completes and aborts every other open transaction of an attempt it recorded no handle for
 (losers, crashed attempts: :mod:`barrier_sink.lingering`).
@@ -21,6 +23,8 @@ from typing import Dict, Optional
 
 from barrier_core.packed_source import refuse_packed
 from barrier_core.worker_heap import in_python_worker
+from barrier_sink.attempt_claims import (claim, claimant, current_attempt, quarantined,
+                                         run_tag, seal_and_collect)
 from barrier_sink.committer import SinkCommitter
 from barrier_sink.exceptions import InvalidOptionError
 from barrier_sink.lingering import list_lingering
@@ -137,6 +141,16 @@ class KafkaSinkCommitter(SinkCommitter):
             aborted += 1
         return aborted
 
+    def after_record(self, batch_id: int, messages) -> None:
+        """Seal the batch against its late task attempts and keep the pooled ids its losing
+        attempts claimed out of the next batches (driver commit worker;
+        :mod:`barrier_sink.attempt_claims`)."""
+        if not self.opts.pooled:
+            return  # incrementing ids name their batch: no later batch reuses a loser's
+        runs = {m.run for m in messages if m.run is not None}
+        seal_and_collect(self.backend, batch_id, runs.pop() if len(runs) == 1 else None,
+                         {claimant(m.task_attempt) for m in messages})
+
     def commit_handle(self, handle: dict) -> None:
         """Commit the pre-committed transaction through a producer resumed on its id and epoch;
         idempotent (driver commit worker)."""
@@ -159,8 +173,9 @@ class KafkaSinkCommitter(SinkCommitter):
                 f"{h.transactional_id}: pre-committed transaction (producer {h.producer_id} "
                 f"epoch {h.producer_epoch}, {h.records} records) was fenced before its "
                 "checkpoint committed it: a newer producer initialised the same "
-                "transactional.id. Each task attempt has its own ids and reuses one only after "
-                "the transaction recorded under it ended, so the likely cause is "
+                "transactional.id. Each task attempt has its own ids, reuses one only after "
+                "the transaction recorded under it ended, and an attempt that outlives its "
+                "batch stops before initialising one, so the likely cause is "
                 f"another query or job using transactionalIdPrefix "
                 f"'{self.opts.transactional_id_prefix}' (give each query its own prefix), or "
                 "a manual abort of this prefix's transactions.")
@@ -182,14 +197,17 @@ class KafkaTwoPhaseCommitWriter(TwoPhaseCommitWriter):
         self._has = {c: c in names for c in ("key", "topic", "partition", "headers")}
         self._in_use = None  # pooled ids still in use, read when pickled for the tasks
         self._pool = None  # executor: this batch's TransactionalIdPool
+        self._claims = None  # executor: (checkpoint storage, run, task attempt id)
 
     def __getstate__(self):
         """Spark pickles the writer on the driver before each batch's tasks (after the previous
         batch's commit returned): snapshot the pooled ids still in use for them (driver)."""
         state = dict(self.__dict__)
         if self.opts.pooled and self._in_use is None:
-            self._in_use = frozenset(self.committer().recorded_open_names())
-        state["_in_use"], state["_pool"] = self._in_use, None
+            committer = self.committer()
+            self._in_use = frozenset(committer.recorded_open_names()
+                                     | quarantined(committer.backend))
+        state["_in_use"], state["_pool"], state["_claims"] = self._in_use, None, None
         return state
 
     # executor -------------------------------------------------------------
@@ -215,9 +233,16 @@ class KafkaTwoPhaseCommitWriter(TwoPhaseCommitWriter):
                 if self._in_use is None:
                     raise RuntimeError("bug: the sink writer reached a task without the set of "
                                        "transactional ids in use (it was not pickled by Spark)")
-                self._pool = TransactionalIdPool(self.opts.pooled_transactional_id,
-                                                 self._in_use)
-            return self._pool.acquire(batch_id, partition_id, attempt)
+                run, task_attempt = current_attempt()
+                tag = run_tag(run)
+                self._pool = TransactionalIdPool(
+                    lambda p, a, s: self.opts.pooled_transactional_id(p, a, s, tag), self._in_use)
+                self._claims = (self.opts.checkpoint.open_backend(), run, task_attempt)
+            backend, run, task_attempt = self._claims
+            while True:  # another attempt of the batch claimed the id: the next slot
+                tid = self._pool.acquire(batch_id, partition_id, attempt)
+                if claim(backend, batch_id, tid, run, task_attempt):
+                    return tid
         return self.opts.transactional_id(batch_id, partition_id, checkpoint_id, attempt)
 
     def invoke(self, txn: TransactionalWriter, row) -> None:

@@ -1,5 +1,5 @@
 """Find and abort lingering transactions: ``Ongoing`` transactions whose transactional.id a sink
-with a given ``transactionalIdPrefix`` made (``<prefix>-p<task>-a<attempt>-s<slot>``, or
+with a given ``transactionalIdPrefix`` made (``<prefix>-r<run>-p<task>-a<attempt>-s<slot>``, or
 ``<prefix>-b<batch>-p<task>-a<attempt>-e<epoch>``; another query's longer prefix such as
 ``<prefix>-eu`` is never matched). A lingering transaction pins the last stable offset, so
 ``read_committed`` consumers of its partitions stop advancing until it ends (Flink's most

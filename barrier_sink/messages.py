@@ -4,7 +4,7 @@ importable on the driver, so it lives in its own module, never in ``__main__``."
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from pyspark.sql.datasource import WriterCommitMessage
 
@@ -17,6 +17,8 @@ class SinkCommitMessage(WriterCommitMessage):
     ``barriers``: barrier rows that reached the sink: ``{"checkpoint_id", "channel", "offset",
     "channels", "timestamp"}``. ``acks``: ack JSON strings emitted by operators.
     ``timings``: where the task's wall time went, in ms (:class:`TaskTimings` keys).
+    ``run`` and ``task_attempt``: the streaming query run and the task attempt id of the attempt
+    that sent it (:func:`barrier_sink.attempt_claims.current_attempt`; None outside a task).
     """
 
     batch_id: int
@@ -26,6 +28,8 @@ class SinkCommitMessage(WriterCommitMessage):
     acks: List[str] = field(default_factory=list)
     records: int = 0
     timings: Dict[str, float] = field(default_factory=dict)
+    run: Optional[str] = None
+    task_attempt: Optional[int] = None
 
 
 #: Keys of ``SinkCommitMessage.timings``: the task's whole ``write`` call; the time spent waiting

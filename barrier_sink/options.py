@@ -67,9 +67,11 @@ KAFKA_SINK_OPTIONS: List[OptionSpec] = [
                "prefixes never fence each other."),
     OptionSpec("transaction.naming.strategy", "POOLING",
                "POOLING: each sink task attempt reuses a small pool of transactional ids "
-               "(`<prefix>-p<task>-a<attempt>-s<slot>`), an id only once every transaction "
-               "recorded under it has ended, so the ids the broker keeps stay bounded however "
-               "long the job runs (Flink's TransactionNamingStrategy.POOLING). INCREMENTING: a "
+               "(`<prefix>-r<run>-p<task>-a<attempt>-s<slot>`, `<run>` a tag of the query "
+               "run), an id only once every transaction recorded under it has ended, so the "
+               "ids the broker keeps stay bounded however long the job runs (Flink's "
+               "TransactionNamingStrategy.POOLING); each restart of the query starts new ids, "
+               "which expire after the brokers' transactional.id.expiration.ms. INCREMENTING: a "
                "new id per batch, task attempt and epoch (`<prefix>-b<batch>-p<task>-a<attempt>"
                "-e<epoch>`), the naming of earlier releases."),
     OptionSpec("kafka.transaction.timeout.ms", "900000",
@@ -303,10 +305,13 @@ class KafkaSinkOptions:
         return (f"{self.transactional_id_prefix}-b{batch_id}-p{partition_id}-a{attempt}"
                 f"-e{epoch}")
 
-    def pooled_transactional_id(self, partition_id: int, attempt: int, slot: int) -> str:
-        """``<prefix>-p<task>-a<attempt>-s<slot>``: slot ``slot`` of the id pool of one task
-        attempt (``transaction.naming.strategy`` POOLING, :mod:`barrier_sink.id_pool`)."""
-        return f"{self.transactional_id_prefix}-p{partition_id}-a{attempt}-s{slot}"
+    def pooled_transactional_id(self, partition_id: int, attempt: int, slot: int,
+                                run_tag: Optional[str] = None) -> str:
+        """``<prefix>-r<run>-p<task>-a<attempt>-s<slot>``: slot ``slot`` of the id pool of one
+        task attempt of query run ``run_tag`` (``transaction.naming.strategy`` POOLING,
+        :mod:`barrier_sink.id_pool`); without a run (outside a Spark task) no ``-r`` part."""
+        run = f"-r{run_tag}" if run_tag else ""
+        return f"{self.transactional_id_prefix}{run}-p{partition_id}-a{attempt}-s{slot}"
 
     @property
     def two_phase_check_id(self) -> str:
@@ -321,7 +326,7 @@ class KafkaSinkOptions:
 
 def is_sink_transactional_id(prefix: str, transactional_id: str) -> bool:
     """True if the sink with ``transactionalIdPrefix`` = ``prefix`` made ``transactional_id``
-    (pooled ``<prefix>-p<task>-a<attempt>-s<slot>``, incrementing
+    (pooled ``<prefix>[-r<run>]-p<task>-a<attempt>-s<slot>``, incrementing
     ``<prefix>-b<batch>-p<partition>-a<attempt>-e<epoch>``, or the attempt-less form of 0.1).
     Exact, not a string prefix: the sink of prefix ``orders`` never claims the transactions of
     a query whose prefix is ``orders-eu``."""
@@ -330,10 +335,12 @@ def is_sink_transactional_id(prefix: str, transactional_id: str) -> bool:
 
 
 def is_pooled_transactional_id(prefix: str, transactional_id: str) -> bool:
-    """True for an id of this prefix's pool (``<prefix>-p<task>-a<attempt>-s<slot>``)."""
+    """True for an id of this prefix's pool (``<prefix>[-r<run>]-p<task>-a<attempt>-s<slot>``,
+    ``<run>`` eight hex characters)."""
     import re
 
-    return re.fullmatch(rf"{re.escape(prefix)}-p\d+-a\d+-s\d+", transactional_id) is not None
+    pattern = rf"{re.escape(prefix)}(-r[0-9a-f]{{8}})?-p\d+-a\d+-s\d+"
+    return re.fullmatch(pattern, transactional_id) is not None
 
 
 def transactional_id_batch(prefix: str, transactional_id: str) -> Optional[int]:

@@ -39,6 +39,7 @@ except ImportError:  # PySpark 4.0
 
 from barrier_core.barrier_message import SinkBarrier
 from barrier_core.schema import KIND_ACK, KIND_BARRIER, KIND_RECORD, channel_name
+from barrier_sink.attempt_claims import current_attempt
 from barrier_sink.messages import SinkCommitMessage
 from barrier_sink.shared_storage import require_shared_storage
 from barrier_core.faults import FaultPoint, fault_point
@@ -154,7 +155,8 @@ class TwoPhaseCommitWriter(_StreamWriterBase, ABC):
         keep_jar_directories()
         batch_id, partition_id, attempt = current_task()
         txns: Dict[Optional[int], Any] = {}
-        message = SinkCommitMessage(batch_id, partition_id)
+        run, task_attempt = current_attempt()
+        message = SinkCommitMessage(batch_id, partition_id, run=run, task_attempt=task_attempt)
         clock = _Stopwatch()
         counted = self.task_counters()
 

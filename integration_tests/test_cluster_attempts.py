@@ -21,8 +21,9 @@ import pytest
 
 from barrier_core.faults import fault_env
 from integration_tests.pipeline_support import (PACKED_SOURCE, RECOMMENDED_OPERATOR,
-                                                assert_exactly_once, produce_input,
-                                                run_notebook_process, run_pipeline)
+                                                RUNTIMES_IN_BACKEND, assert_exactly_once,
+                                                produce_input, run_notebook_process,
+                                                run_pipeline)
 from integration_tests.test_notebooks import CHECKS, NOTEBOOK_DIR
 from kafka_harness.spark_cluster import StandaloneCluster
 
@@ -52,8 +53,13 @@ def _non_first_winners(workdir: str) -> set:
 #: The operator's layouts the attempts run in: ``keyed_process``'s defaults (one call a key
 #: group, pandas records), and the settings docs/operations.md recommends (a call a range of key
 #: groups, Arrow records, the source's packed rows), where a retried or speculative attempt
-#: runs a whole range again and writes its key groups' snapshots beside the other attempt's.
-LAYOUTS = {"defaults": [], "recommended": [*RECOMMENDED_OPERATOR, *PACKED_SOURCE]}
+#: runs a whole range again and writes its key groups' snapshots beside the other attempt's;
+#: and those settings with each range's state between batches in the state backend
+#: (``keyed_process(..., runtime_store="backend")``), where both attempts of a batch read the
+#: runtime the batch before left and write the batch's own over each other.
+LAYOUTS = {"defaults": [], "recommended": [*RECOMMENDED_OPERATOR, *PACKED_SOURCE],
+           "recommended, runtimes in the backend": [*RECOMMENDED_OPERATOR, *PACKED_SOURCE,
+                                                    *RUNTIMES_IN_BACKEND]}
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))

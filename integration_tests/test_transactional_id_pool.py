@@ -9,6 +9,7 @@ knows a handful of the sink's ids, and the output is still exactly-once.
 
 from __future__ import annotations
 
+import re
 import uuid
 
 from kafka.admin import KafkaAdminClient
@@ -48,3 +49,6 @@ def test_many_batches_use_a_bounded_set_of_transactional_ids(bootstrap, kafka_ad
     # Two sink tasks, one checkpoint per batch committed by the next commit: each task needs at
     # most two ids at once. Old main: one new id per task and batch (>= 2 x 8).
     assert 0 < len(ids) <= 2 * 2 < batches, sorted(ids)
+    # one run of the query: every id carries that run's tag, read from the tasks' context
+    assert len({re.fullmatch(rf"{prefix}-r([0-9a-f]{{8}})-p\d+-a\d+-s\d+", t).group(1)
+                for t in ids}) == 1, sorted(ids)
