@@ -19,7 +19,9 @@ The protocol
   ``sink-claims/<batch>/<id>@<task attempt id>``, then list the batch's folder.
 
   - If the driver has sealed the batch in this query run (``_sealed.<ms>.<run id>``), the
-    attempt is late: it raises :class:`LateAttemptError` and initialises nothing.
+    attempt is late: it raises :class:`LateAttemptError` and initialises nothing. It checks
+    again once its producer is initialised, before its first record
+    (:func:`refuse_if_sealed`), and then aborts its empty transaction.
   - If another attempt of the batch claimed the same id, the attempt takes its next slot. Two
     attempts of one batch share an id only when Spark re-runs a stage, which numbers its task
     attempts from 0 again; both may move on, and neither initialises an id the other uses.
@@ -28,6 +30,11 @@ The protocol
   winner belongs to a loser that may still initialise it. The id is quarantined for
   :data:`QUARANTINE_S` in ``sink-claims/_quarantine.json`` and counts as in use for every later
   batch until then (:func:`quarantined`, read when the writer is pickled for the next batch).
+  The driver also fences each such id at once, so a loser that initialised it before the seal
+  cannot leave a transaction open after the batch's sweep (the query may have no next batch to
+  sweep it): either the fence comes after the loser's initialisation and aborts its
+  transaction, or it comes before, and the loser's check after its initialisation sees the
+  seal, which was stored before the fence.
 
 Why it holds: an attempt stores its claim before it lists; the driver stores its seal before
 it lists. Whichever listing comes second sees the other's write (a local disk and S3 are both
@@ -127,18 +134,31 @@ def claim(backend, batch_id: int, transactional_id: str, run: Optional[str],
     mine = f"{transactional_id}@{claimant(task_attempt)}"
     backend.put(_folder(batch_id) + mine, b"")
     names = [p.rsplit("/", 1)[-1] for p in backend.list(_folder(batch_id))]
-    if run is not None and run in _sealed_by(names):
-        raise LateAttemptError(
-            f"{transactional_id}: batch {batch_id} was already committed by the driver, so this "
-            "task attempt lost (a speculative copy, or an attempt still running when its stage "
-            "finished). It stops before initialising a producer, which could fence a later "
-            "batch's transaction. Nothing to do: Spark discards this attempt.")
+    refuse_if_sealed(backend, batch_id, transactional_id, run, names)
     shared = [n for n in names if n != mine and n.rpartition("@")[0] == transactional_id]
     if shared:
         logger.warning("%s: another attempt of batch %d claimed it too (%s; a re-run stage "
                        "numbers its task attempts from 0 again): taking the next slot",
                        transactional_id, batch_id, ", ".join(shared))
     return not shared
+
+
+def refuse_if_sealed(backend, batch_id: int, transactional_id: str, run: Optional[str],
+                     names: Optional[List[str]] = None) -> None:
+    """Raise :class:`LateAttemptError` if the driver sealed ``batch_id`` in run ``run``
+    (executor: when claiming an id, and again once its producer is initialised, before the
+    first record; ``names``: the folder's listing when the caller has it)."""
+    if run is None:  # not in a Spark task (a tool or a test): no run to compare with
+        return
+    if names is None:
+        names = backend.list(_folder(batch_id))
+    if run in _sealed_by(names):
+        raise LateAttemptError(
+            f"{transactional_id}: batch {batch_id} was already committed by the driver, so this "
+            "task attempt lost (a speculative copy, or an attempt still running when its stage "
+            "finished). It stops before writing anything, so it can neither fence a later "
+            "batch's transaction nor leave one open. Nothing to do: Spark discards this "
+            "attempt.")
 
 
 def seal_and_collect(backend, batch_id: int, run: Optional[str], winners: Iterable[str],
@@ -151,15 +171,17 @@ def seal_and_collect(backend, batch_id: int, run: Optional[str], winners: Iterab
     folder = _folder(batch_id)
     if run is not None:
         backend.put(f"{folder}{SEAL_MARK}{now_ms}.{run}", b"")
-    losers, winners_claims = set(), []
+    losers, winners_claims, winners_ids = set(), [], set()
     for path in backend.list(folder):
         tid, at, who = path.rsplit("/", 1)[-1].rpartition("@")
         if not at:
             continue  # the seal
         if who in winners:
             winners_claims.append(path)
+            winners_ids.add(tid)
         else:
             losers.add(tid)
+    losers -= winners_ids  # a loser that moved on from a winner's id
     if losers:
         _quarantine(backend, losers, now_ms)
         logger.warning("batch %d: %d transactional id(s) claimed by losing task attempts kept "

@@ -23,8 +23,9 @@ from typing import Dict, Optional
 
 from barrier_core.packed_source import refuse_packed
 from barrier_core.worker_heap import in_python_worker
-from barrier_sink.attempt_claims import (claim, claimant, current_attempt, quarantined,
-                                         run_tag, seal_and_collect)
+from barrier_sink.attempt_claims import (LateAttemptError, claim, claimant, current_attempt,
+                                         quarantined, refuse_if_sealed, run_tag,
+                                         seal_and_collect)
 from barrier_sink.committer import SinkCommitter
 from barrier_sink.exceptions import InvalidOptionError
 from barrier_sink.lingering import list_lingering
@@ -148,8 +149,11 @@ class KafkaSinkCommitter(SinkCommitter):
         if not self.opts.pooled:
             return  # incrementing ids name their batch: no later batch reuses a loser's
         runs = {m.run for m in messages if m.run is not None}
-        seal_and_collect(self.backend, batch_id, runs.pop() if len(runs) == 1 else None,
-                         {claimant(m.task_attempt) for m in messages})
+        losers = seal_and_collect(self.backend, batch_id,
+                                  runs.pop() if len(runs) == 1 else None,
+                                  {claimant(m.task_attempt) for m in messages})
+        for tid in losers:  # a loser's producer, up or not yet: it can leave nothing open
+            fence_and_abort(self.opts.kafka, tid, self.opts.transaction_timeout_ms)
 
     def commit_handle(self, handle: dict) -> None:
         """Commit the pre-committed transaction through a producer resumed on its id and epoch;
@@ -214,9 +218,17 @@ class KafkaTwoPhaseCommitWriter(TwoPhaseCommitWriter):
     def begin_transaction(self, batch_id, partition_id, attempt, checkpoint_id):
         """Open a transactional producer for one epoch of one task attempt (executor)."""
         tid = self.next_transactional_id(batch_id, partition_id, attempt, checkpoint_id)
-        return TransactionalWriter(self.opts.kafka, tid, self.opts.transaction_timeout_ms,
-                                   batch_id, partition_id, checkpoint_id,
-                                   two_phase=self.opts.two_phase_commit).open()
+        txn = TransactionalWriter(self.opts.kafka, tid, self.opts.transaction_timeout_ms,
+                                  batch_id, partition_id, checkpoint_id,
+                                  two_phase=self.opts.two_phase_commit).open()
+        if self.opts.pooled:  # sealed while the producer initialised: lost, write nothing
+            backend, run, _ = self._claims
+            try:
+                refuse_if_sealed(backend, batch_id, tid, run)
+            except LateAttemptError:
+                txn.abort()
+                raise
+        return txn
 
     def task_counters(self) -> Dict[str, int]:
         """Producers this worker created / reused (executor): reported per task."""

@@ -268,3 +268,38 @@ def test_attempt_of_a_stopped_run_never_fences_the_restarted_run(bootstrap, topi
     committer.on_batch_committed(1, [_message(1, [], 0, task_attempt=7, run=NEXT_RUN,
                                               barrier=_barrier(1, 30))])
     _assert_exactly(bootstrap, out, prefix, rows)
+
+
+def test_a_loser_leaves_nothing_open_when_no_batch_follows(bootstrap, topic_factory, tmp_path,
+                                                           monkeypatch):
+    """A loser of the last batch before the query stops or idles: no later commit sweeps what it
+    opens. One loser was sealed out while its producer initialised: its check after the
+    initialisation stops it and aborts its empty transaction. The other initialised before the
+    seal and writes after it: the driver fenced its id when it sealed the batch, so its records
+    are refused. Neither leaves a transaction open for read_committed readers to wait on."""
+    import barrier_sink.kafka_sink as kafka_sink
+
+    out, prefix, options = _late_attempt_setup(bootstrap, topic_factory, tmp_path)
+    tasks = _Tasks(monkeypatch)
+    committer = KafkaTwoPhaseCommitWriter(options, SCHEMA).committer()
+    rows = _values("a", 25)
+    won = _task_attempt(tasks.ship(options, task_attempt=12), 0, 1, rows)
+    early = tasks.run_as(as_shipped_to_tasks(KafkaTwoPhaseCommitWriter(options, SCHEMA)), RUN, 10)
+    early_txn = early.begin_transaction(0, 0, 2, 1)  # initialised before the seal
+    sealed_out = as_shipped_to_tasks(KafkaTwoPhaseCommitWriter(options, SCHEMA))
+    real_claim = kafka_sink.claim
+
+    def claim_then_driver_commits(*args):
+        claimed = real_claim(*args)
+        committer.on_batch_committed(0, [_message(0, [won], 25, task_attempt=12,
+                                                  barrier=_barrier(1, 25))])
+        return claimed
+
+    monkeypatch.setattr(kafka_sink, "claim", claim_then_driver_commits)
+    with pytest.raises(LateAttemptError):
+        tasks.run_as(sealed_out, RUN, 11).begin_transaction(0, 0, 0, 1)
+    with pytest.raises(Exception):  # fenced: the records never reach the output
+        for row in rows:
+            early.invoke(early_txn, row)
+        early.pre_commit(early_txn)
+    _assert_exactly(bootstrap, out, prefix, rows)
