@@ -5,15 +5,15 @@ Input columns (as Spark's Kafka sink): ``value`` (string or binary, required), o
 columns ``kind`` and ``checkpoint_id`` (and ``ack`` after a keyed operator, ``barrier_channels``
 and ``checkpoint_timestamp`` from the source). Executors write each task's rows of one epoch in
 one Kafka transaction. Its transactional.id comes from the task attempt's pool
-(``<prefix>-r<run>-p<task>-a<attempt>-s<slot>``, reused only after the transaction last recorded under
-it ended: :mod:`barrier_sink.id_pool`; an attempt claims it before initialising it and stops if
-its batch is already committed: :mod:`barrier_sink.attempt_claims`), or with
+(``<prefix>-r<run>-p<task>-a<attempt>-s<slot>``, reused only after the transaction last
+recorded under it ended: :mod:`barrier_sink.id_pool`; an attempt claims it before initialising
+it and stops if its batch is already committed: :mod:`barrier_sink.attempt_claims`), or with
 ``transaction.naming.strategy`` INCREMENTING is ``<prefix>-b<batch>-p<task>-a<attempt>-e<epoch>``.
 Every attempt of a task (retry, speculative copy) has its own ids, so no attempt fences
-another's pre-committed transaction. Spark hands the
-driver the winning attempt's handles; the driver commits them when the epoch's checkpoint
-completes and aborts every other open transaction of an attempt it recorded no handle for
-(losers, crashed attempts: :mod:`barrier_sink.lingering`).
+another's pre-committed transaction. Spark hands the driver the winning attempt's handles; the
+driver commits them when the epoch's checkpoint completes and aborts every other open
+transaction of an attempt it recorded no handle for (losers, crashed attempts:
+:mod:`barrier_sink.lingering`).
 """
 
 from __future__ import annotations
