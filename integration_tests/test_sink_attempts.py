@@ -168,6 +168,15 @@ def _pooled(prefix: str, run: str, attempt: int, slot: int) -> str:
     return f"{prefix}-r{run_tag(run)}-p0-a{attempt}-s{slot}"
 
 
+def _speculative_pair(tasks, options, rows):
+    """Batch 0 of task 0: the speculative copy (attempt 1, task attempt id 12) writes ``rows``
+    and pre-commits; returns its handle and the writer of the slow attempt 0, shipped for the
+    same batch and not started yet."""
+    winner = tasks.ship(options, task_attempt=12)
+    loser = as_shipped_to_tasks(KafkaTwoPhaseCommitWriter(options, SCHEMA))
+    return _task_attempt(winner, 0, 1, rows), loser
+
+
 def _assert_exactly(bootstrap, out, prefix, rows):
     got = Counter(read_committed_topic(bootstrap, out))
     assert got == Counter(r["value"].encode() for r in rows)
@@ -185,9 +194,7 @@ def test_attempt_that_outlives_its_batch_never_fences_a_later_batch(
     tasks = _Tasks(monkeypatch)
     committer = KafkaTwoPhaseCommitWriter(options, SCHEMA).committer()
     rows0, rows1 = _values("a", 30), _values("b", 40)
-    winner = tasks.ship(options, task_attempt=12)
-    loser = as_shipped_to_tasks(KafkaTwoPhaseCommitWriter(options, SCHEMA))  # same batch
-    won = _task_attempt(winner, 0, 1, rows0)
+    won, loser = _speculative_pair(tasks, options, rows0)
     committer.on_batch_committed(0, [_message(0, [won], 30, task_attempt=12)])
     second = _task_attempt(tasks.ship(options, task_attempt=21), 1, 0, rows1)
     assert second["transactional_id"] == _pooled(prefix, RUN, 0, 0)
@@ -208,9 +215,7 @@ def test_id_a_loser_claimed_before_the_seal_stays_out_of_the_next_batches(
     tasks = _Tasks(monkeypatch)
     committer = KafkaTwoPhaseCommitWriter(options, SCHEMA).committer()
     rows0, rows1 = _values("a", 25), _values("b", 35)
-    winner = tasks.ship(options, task_attempt=12)
-    loser = as_shipped_to_tasks(KafkaTwoPhaseCommitWriter(options, SCHEMA))  # same batch
-    won = _task_attempt(winner, 0, 1, rows0)
+    won, loser = _speculative_pair(tasks, options, rows0)
     loser_id = tasks.run_as(loser, RUN, 11).next_transactional_id(0, 0, 0, 1)  # claimed
     assert loser_id == _pooled(prefix, RUN, 0, 0)
     committer.on_batch_committed(0, [_message(0, [won], 25, task_attempt=12)])
