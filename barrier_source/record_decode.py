@@ -108,34 +108,56 @@ def _record_starts(buf, pos: int, count: int, starts: list) -> None:
         pos += (raw >> 1) ^ -(raw & 1)
 
 
-def _piecewise_starts(arr: np.ndarray, buf: bytes, first: int, count: int) -> np.ndarray:
-    """Record starts (after the length prefix) of one batch.
+def _piecewise_starts(arr: np.ndarray, buf: bytes, firsts: Sequence[int],
+                      counts: Sequence[int]) -> Tuple[np.ndarray, np.ndarray]:
+    """Record starts (after the length prefix) of every batch in one buffer, in buffer order,
+    and the number of records of each batch.
 
-    Guess-and-verify: assume every following record has the size of the current one, check
-    all guesses at once, keep the verified prefix (up to the first record of another size) and
-    repeat from there. Record sizes within a batch change only at a few points when keys and
-    values have equal sizes (the timestamp and offset deltas grow a varint byte), so this takes
-    a handful of vectorised steps. Irregular batches drop to the per-record loop.
+    Guess-and-verify: assume every following record of a batch has the size of the current one,
+    check all guesses of all batches at once, keep each batch's verified prefix (up to its first
+    record of another size) and repeat from there. Record sizes within a batch change only at a
+    few points when keys and values have equal sizes (the timestamp and offset deltas grow a
+    varint byte), so this takes a handful of vectorised steps for the whole buffer, however many
+    batches it holds (one step a batch cost tens of microseconds, the whole decode for batches of
+    a few records). A batch whose guesses fail early (irregular sizes) drops to the per-record
+    loop for its remaining records.
     """
-    out: List[np.ndarray] = []
-    pos, remaining = first, count
-    while remaining > 0:
-        length, nbytes = _varint(arr, np.asarray([pos], dtype=np.int64))
-        head, step = int(nbytes[0]), int(length[0]) + int(nbytes[0])
-        heads = pos + step * np.arange(remaining, dtype=np.int64)
-        heads = heads[heads < len(arr) - 16]
-        lengths, nb = _varint(arr, heads)
-        ok = (lengths == length[0]) & (nb == head)
-        verified = len(ok) if ok.all() else int(np.argmin(ok))
-        out.append(heads[:verified] + head)
-        pos += step * verified
-        remaining -= verified
-        if remaining and verified < 32:
+    pos = np.asarray(firsts, dtype=np.int64)
+    remaining = np.asarray(counts, dtype=np.int64)
+    batch_ids: List[np.ndarray] = []
+    starts: List[np.ndarray] = []
+    limit = len(arr) - 16
+    active = np.nonzero(remaining > 0)[0]
+    while len(active):
+        at, left = pos[active], remaining[active]
+        length, head = _varint(arr, at)
+        step = length + head
+        seg = np.cumsum(left) - left  # where each batch's guesses start in the flat arrays
+        local = np.arange(int(left.sum()), dtype=np.int64) - np.repeat(seg, left)
+        guesses = np.repeat(at, left) + np.repeat(step, left) * local
+        inside = guesses < limit
+        lengths, nb = _varint(arr, np.where(inside, guesses, np.repeat(at, left)))
+        ok = inside & (lengths == np.repeat(length, left)) & (nb == np.repeat(head, left))
+        verified = np.minimum.reduceat(np.where(ok, np.repeat(left, left), local), seg)
+        keep = local < np.repeat(verified, left)
+        batch_ids.append(np.repeat(active, left)[keep])
+        starts.append(guesses[keep] + np.repeat(head, left)[keep])
+        pos[active] = at + step * verified
+        remaining[active] = left - verified
+        irregular = active[(remaining[active] > 0) & (verified < 32)]
+        for b in irregular:
             rest: List[int] = []
-            _record_starts(buf, pos, remaining, rest)
-            out.append(np.asarray(rest, dtype=np.int64))
-            break
-    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+            _record_starts(buf, int(pos[b]), int(remaining[b]), rest)
+            batch_ids.append(np.full(len(rest), b, dtype=np.int64))
+            starts.append(np.asarray(rest, dtype=np.int64))
+            remaining[b] = 0
+        active = np.nonzero(remaining > 0)[0]
+    if not starts:
+        return np.zeros(0, dtype=np.int64), np.zeros(len(counts), dtype=np.int64)
+    flat = np.concatenate(starts)
+    order = np.argsort(flat, kind="stable")  # record starts grow through the buffer
+    per_batch = np.bincount(np.concatenate(batch_ids), minlength=len(counts))
+    return flat[order], per_batch
 
 
 def _varint(arr: np.ndarray, pos: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -298,22 +320,19 @@ def _decode_one_buffer(buf: bytes, batches: List[Tuple[int, BatchHeader]],
                        with_headers: bool) -> DecodedRecords:
     arr = np.frombuffer(buf, dtype=np.uint8)
     arr = np.concatenate([arr, np.zeros(16, dtype=np.uint8)])  # varint reads may overrun
-    pieces: List[np.ndarray] = []
-    counts, base_offsets, base_ts, ts_types = [], [], [], []
-    for first, hdr in batches:
-        uniform = _piecewise_starts(arr, buf, first, hdr.record_count)
-        pieces.append(uniform)
-        counts.append(len(uniform))
+    base_offsets, base_ts, ts_types = [], [], []
+    for _first, hdr in batches:
         base_offsets.append(hdr.base_offset)
         log_append = bool(hdr.attributes & _ATTR_LOG_APPEND_TIME)
         base_ts.append(hdr.max_timestamp if log_append else hdr.base_timestamp)
         ts_types.append(1 if log_append else 0)
-    n = sum(counts)
+    starts, counts = _piecewise_starts(arr, buf, [first for first, _ in batches],
+                                       [hdr.record_count for _, hdr in batches])
+    n = len(starts)
     if n == 0:
         return empty_records(with_headers)
-    pos = np.concatenate(pieces) + 1                            # skip record attributes
-    counts_a = np.asarray(counts)
-    batch_of = np.repeat(np.arange(len(counts)), counts_a)
+    pos = starts + 1                                            # skip record attributes
+    batch_of = np.repeat(np.arange(len(counts)), counts)
     ts_delta, nb = _varint(arr, pos)
     pos += nb
     off_delta, nb = _varint(arr, pos)

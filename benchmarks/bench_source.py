@@ -93,7 +93,11 @@ def python_sockets(spark) -> str:
     return f"{UNIX_SOCKETS}={spark.sparkContext.getConf().get(UNIX_SOCKETS, 'false')}"
 
 
-def fill_topic(bootstrap: str, topic: str, partitions: int, records: int) -> None:
+def fill_topic(bootstrap: str, topic: str, partitions: int, records: int,
+               batch_bytes: int = 262144) -> None:
+    """Create ``topic`` and write ``records`` 100-byte records with ProducerPerformance, in
+    producer batches of up to ``batch_bytes`` (1: one record a batch, as a producer with
+    ``linger.ms=0`` writes them at a low rate)."""
     from kafka.admin import KafkaAdminClient, NewTopic
 
     from kafka_harness.jars import fetch_broker_jars, require_java
@@ -106,7 +110,8 @@ def fill_topic(bootstrap: str, topic: str, partitions: int, records: int) -> Non
                     "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
                     "--num-records", str(records), "--record-size", "100", "--throughput", "-1",
                     "--producer-props", f"bootstrap.servers={bootstrap}", "acks=1",
-                    "linger.ms=20", "batch.size=262144"], check=True, capture_output=True)
+                    "linger.ms=20" if batch_bytes > 1 else "linger.ms=0",
+                    f"batch.size={batch_bytes}"], check=True, capture_output=True)
 
 
 CEILING_FORMAT = "bench-source-ceiling"
@@ -237,6 +242,10 @@ def main() -> int:
     parser.add_argument("--max-offsets-per-trigger", type=int, default=500_000)
     parser.add_argument("--repeats", type=int, default=3,
                         help="alternated rounds (A B C D, A B C D, ...) after one warm-up each")
+    parser.add_argument("--producer-batch-bytes", type=int, default=262144,
+                        help="batch.size of the producer that fills the topic (1: one record a "
+                             "record batch, the layout of a producer with linger.ms=0 at a low "
+                             "rate)")
     parser.add_argument("--ceiling", action="store_true",
                         help="add a Python data source that reads no Kafka (the ceiling)")
     add_conf_argument(parser)
@@ -244,8 +253,9 @@ def main() -> int:
     bootstrap = os.environ.get("BARRIER_KAFKA_BOOTSTRAP", "127.0.0.1:39092")
     topic = "bench_source_" + uuid.uuid4().hex[:8]
     t0 = time.perf_counter()
-    fill_topic(bootstrap, topic, args.partitions, args.records)
-    print(f"produced {args.records} x 100 B into {topic} ({args.partitions} partitions) in "
+    fill_topic(bootstrap, topic, args.partitions, args.records, args.producer_batch_bytes)
+    print(f"produced {args.records} x 100 B into {topic} ({args.partitions} partitions, producer "
+          f"batch.size {args.producer_batch_bytes}) in "
           f"{time.perf_counter() - t0:.1f}s", flush=True)
 
     spark = spark_with_kafka_connector("bench-source", **session_conf(parser, args.conf))
