@@ -225,8 +225,8 @@ def _fetch_range(client: FetchClient, topic: str, partition: int, start: int, un
             raise BarrierKafkaError(f"Fetching {where} at offset {offset} failed with Kafka error "
                                     f"code {data.error_code}.")
         buf = data.records or b""
-        batches = rd.iter_batches(buf, until) if buf else []
-        if not batches:
+        table = rd.batch_table(buf, until) if buf else None
+        if not table:
             limit = data.last_stable_offset if client.isolation_level == 1 else \
                 data.high_watermark
             if 0 <= limit <= offset and time.monotonic() - last_progress > poll_timeout_ms / 1000:
@@ -242,33 +242,22 @@ def _fetch_range(client: FetchClient, topic: str, partition: int, start: int, un
             pending = send(offset)
             continue
         last_progress = time.monotonic()
-        next_offset = batches[-1][0].last_offset + 1
-        (first, at), (last, end) = batches[0], batches[-1]
-        client.learn(topic, end + last.size - at, next_offset - first.base_offset)
+        next_offset = int(table.last_offsets[-1]) + 1
+        client.learn(topic, int(table.positions[-1] + table.sizes[-1] - table.positions[0]),
+                     next_offset - int(table.base_offsets[0]))
         if next_offset < until:
             pending = send(next_offset)
-        aborted = sorted(data.aborted_transactions or [], key=lambda a: a.first_offset) \
-            if client.isolation_level == 1 else []
-        segments = []
-        for hdr, pos in batches:
-            if hdr.last_offset < offset:
-                continue
-            if hdr.base_offset >= until:
-                break  # past the range: a fetch brings up to PARTITION_FETCH_MAX_BYTES beyond it
-            if client.isolation_level == 1 and hdr.is_transactional:
-                while aborted and aborted[0].first_offset <= hdr.last_offset:
-                    aborted_pids.add(aborted.pop(0).producer_id)
-                if hdr.is_control:
-                    if _is_abort_marker(buf, pos, hdr):
-                        aborted_pids.discard(hdr.producer_id)
-                    continue
-                if hdr.producer_id in aborted_pids:
-                    continue
-            if hdr.is_control:
-                continue
-            segments.append((*rd.decompress_batch(buf, pos, hdr), hdr))
-        if segments:
-            records = rd.decode_segments(segments, with_headers)
+        # the batches that overlap the range (a fetch may start inside one and end past it)
+        rows = np.nonzero((table.last_offsets >= offset) & (table.base_offsets < until))[0]
+        if len(rows) and table.is_plain()[rows].all():
+            records = rd.decode_plain(buf, table, rows, with_headers)
+        else:
+            aborted = sorted(data.aborted_transactions or [], key=lambda a: a.first_offset) \
+                if client.isolation_level == 1 else []
+            segments = _segments(buf, table.entries(rows), client.isolation_level == 1, aborted,
+                                 aborted_pids)
+            records = rd.decode_segments(segments, with_headers) if segments else None
+        if records is not None:
             lo = int(np.searchsorted(records.offsets, offset, side="left"))
             hi = int(np.searchsorted(records.offsets, until, side="left"))
             if hi > lo:
@@ -276,6 +265,29 @@ def _fetch_range(client: FetchClient, topic: str, partition: int, start: int, un
         offset = next_offset
     if pending is not None:
         client.wait(pending)
+
+
+def _segments(buf: bytes, batches, read_committed: bool, aborted: list,
+              aborted_pids: set) -> list:
+    """(records buffer, first record position, header) of the ``batches`` whose records a
+    reader sees: no control batch, and in ``read_committed`` no batch of an aborted transaction
+    (``aborted``: the response's aborted transactions, by first offset; ``aborted_pids``: the
+    producers inside one, carried from fetch to fetch). Compressed batches are decompressed."""
+    out = []
+    for hdr, pos in batches:
+        if read_committed and hdr.is_transactional:
+            while aborted and aborted[0].first_offset <= hdr.last_offset:
+                aborted_pids.add(aborted.pop(0).producer_id)
+            if hdr.is_control:
+                if _is_abort_marker(buf, pos, hdr):
+                    aborted_pids.discard(hdr.producer_id)
+                continue
+            if hdr.producer_id in aborted_pids:
+                continue
+        if hdr.is_control:
+            continue
+        out.append((*rd.decompress_batch(buf, pos, hdr), hdr))
+    return out
 
 
 def _is_abort_marker(buf: bytes, pos: int, hdr: rd.BatchHeader) -> bool:

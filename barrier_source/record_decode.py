@@ -23,7 +23,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 import pyarrow as pa
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
+_LENGTH = struct.Struct(">i")
 HEADER_SIZE = 61
 _ATTR_COMPRESSION = 0x07
 _ATTR_LOG_APPEND_TIME = 0x08
@@ -60,26 +60,83 @@ class BatchHeader:
         return bool(self.attributes & _ATTR_TRANSACTIONAL)
 
 
-def iter_batches(buf: bytes, until: Optional[int] = None) -> List[Tuple[BatchHeader, int]]:
-    """(header, start position) of every complete batch in ``buf`` (a trailing partial batch,
-    cut by the fetch size limit, is ignored). With ``until``, parsing stops after the first batch
-    that reaches offset ``until - 1``: the rest of a large fetch is of no use to a range read."""
-    out = []
+@dataclass
+class BatchTable:
+    """The headers of a fetch buffer's complete record batches, as columns (int64 arrays, in
+    buffer order): what a range read needs of every batch without one Python object each."""
+
+    positions: np.ndarray
+    sizes: np.ndarray
+    base_offsets: np.ndarray
+    last_offsets: np.ndarray
+    attributes: np.ndarray
+    base_timestamps: np.ndarray
+    max_timestamps: np.ndarray
+    producer_ids: np.ndarray
+    record_counts: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def header(self, i: int) -> BatchHeader:
+        return BatchHeader(int(self.base_offsets[i]), int(self.sizes[i]), 2,
+                           int(self.attributes[i]),
+                           int(self.last_offsets[i] - self.base_offsets[i]),
+                           int(self.base_timestamps[i]), int(self.max_timestamps[i]),
+                           int(self.producer_ids[i]), int(self.record_counts[i]))
+
+    def entries(self, rows: Optional[np.ndarray] = None) -> List[Tuple[BatchHeader, int]]:
+        """(header, start position) of the batches (of ``rows``, indexes into the table)."""
+        rows = range(len(self)) if rows is None else rows
+        return [(self.header(int(i)), int(self.positions[i])) for i in rows]
+
+    def is_plain(self) -> np.ndarray:
+        """Batches neither compressed, transactional nor control: records to decode in place."""
+        return (self.attributes & (_ATTR_COMPRESSION | _ATTR_TRANSACTIONAL | _ATTR_CONTROL)) == 0
+
+
+def _be(arr: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
+    """Big-endian signed integers of ``width`` bytes at every position ``at`` of ``arr``."""
+    raw = arr[at[:, None] + np.arange(width)]
+    dtype = {2: ">i2", 4: ">i4", 8: ">i8"}[width]
+    return np.ascontiguousarray(raw).view(dtype).reshape(len(at)).astype(np.int64)
+
+
+def batch_table(buf: bytes, until: Optional[int] = None) -> BatchTable:
+    """The headers of every complete batch in ``buf`` (a trailing partial batch, cut by the fetch
+    size limit, is ignored). With ``until``, the table ends with the first batch that reaches
+    offset ``until - 1``: the rest of a large fetch is of no use to a range read. Only the walk
+    from one batch to the next is sequential (one length a batch); the fields are read for all
+    batches at once."""
+    positions: List[int] = []
     pos, n = 0, len(buf)
+    length_at = _LENGTH.unpack_from
     while pos + HEADER_SIZE <= n:
-        (base, length, _epoch, magic, _crc, attrs, last_delta, base_ts, max_ts, pid, _pepoch,
-         _seq, count) = _HEADER.unpack_from(buf, pos)
-        size = 12 + length
+        size = 12 + length_at(buf, pos + 8)[0]
         if pos + size > n:
             break
-        if magic != 2:
-            raise LegacyFormatError(f"message format v{magic}")
-        out.append((BatchHeader(base, size, magic, attrs, last_delta, base_ts, max_ts, pid,
-                                count), pos))
+        positions.append(pos)
         pos += size
-        if until is not None and base + last_delta >= until - 1:
-            break
-    return out
+    at = np.asarray(positions, dtype=np.int64)
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    magic = arr[at + 16]
+    if len(at) and (magic != 2).any():
+        raise LegacyFormatError(f"message format v{int(magic[magic != 2][0])}")
+    base = _be(arr, at, 8)
+    last = base + _be(arr, at + 23, 4)
+    if until is not None and len(at):
+        reached = np.nonzero(last >= until - 1)[0]
+        if len(reached):
+            keep = int(reached[0]) + 1
+            at, base, last = at[:keep], base[:keep], last[:keep]
+    return BatchTable(at, _be(arr, at + 8, 4) + 12, base, last, _be(arr, at + 21, 2),
+                      _be(arr, at + 27, 8), _be(arr, at + 35, 8), _be(arr, at + 43, 8),
+                      _be(arr, at + 57, 4))
+
+
+def iter_batches(buf: bytes, until: Optional[int] = None) -> List[Tuple[BatchHeader, int]]:
+    """(header, start position) of every complete batch in ``buf``; see :func:`batch_table`."""
+    return batch_table(buf, until).entries()
 
 
 def _record_starts(buf, pos: int, count: int, starts: list) -> None:
@@ -318,16 +375,36 @@ def empty_records(with_headers: bool) -> DecodedRecords:
 
 def _decode_one_buffer(buf: bytes, batches: List[Tuple[int, BatchHeader]],
                        with_headers: bool) -> DecodedRecords:
+    hdrs = [hdr for _, hdr in batches]
+    return _decode_columns(buf, np.asarray([first for first, _ in batches], dtype=np.int64),
+                           np.asarray([h.record_count for h in hdrs], dtype=np.int64),
+                           np.asarray([h.base_offset for h in hdrs], dtype=np.int64),
+                           np.asarray([h.attributes for h in hdrs], dtype=np.int64),
+                           np.asarray([h.base_timestamp for h in hdrs], dtype=np.int64),
+                           np.asarray([h.max_timestamp for h in hdrs], dtype=np.int64),
+                           with_headers)
+
+
+def decode_plain(buf: bytes, table: BatchTable, rows: np.ndarray,
+                 with_headers: bool) -> DecodedRecords:
+    """Decode the records of the uncompressed batches ``rows`` (indexes into ``table``) of the
+    fetch buffer ``buf`` in one vectorised pass, with no Python object per batch."""
+    return _decode_columns(buf, table.positions[rows] + HEADER_SIZE, table.record_counts[rows],
+                           table.base_offsets[rows], table.attributes[rows],
+                           table.base_timestamps[rows], table.max_timestamps[rows],
+                           with_headers)
+
+
+def _decode_columns(buf: bytes, firsts: np.ndarray, record_counts: np.ndarray,
+                    base_offsets: np.ndarray, attributes: np.ndarray, base_ts: np.ndarray,
+                    max_ts: np.ndarray, with_headers: bool) -> DecodedRecords:
+    """The records of the batches whose first records start at ``firsts`` in ``buf``, given
+    their header fields as columns."""
     arr = np.frombuffer(buf, dtype=np.uint8)
     arr = np.concatenate([arr, np.zeros(16, dtype=np.uint8)])  # varint reads may overrun
-    base_offsets, base_ts, ts_types = [], [], []
-    for _first, hdr in batches:
-        base_offsets.append(hdr.base_offset)
-        log_append = bool(hdr.attributes & _ATTR_LOG_APPEND_TIME)
-        base_ts.append(hdr.max_timestamp if log_append else hdr.base_timestamp)
-        ts_types.append(1 if log_append else 0)
-    starts, counts = _piecewise_starts(arr, buf, [first for first, _ in batches],
-                                       [hdr.record_count for _, hdr in batches])
+    ts_types = ((attributes & _ATTR_LOG_APPEND_TIME) != 0).astype(np.int32)
+    base_ts = np.where(ts_types == 1, max_ts, base_ts)
+    starts, counts = _piecewise_starts(arr, buf, firsts, record_counts)
     n = len(starts)
     if n == 0:
         return empty_records(with_headers)
@@ -347,15 +424,14 @@ def _decode_one_buffer(buf: bytes, batches: List[Tuple[int, BatchHeader]],
     pos += np.maximum(val_len, 0)
     hcount, nb = _varint(arr, pos)
     pos += nb
-    log_append_of = np.asarray(ts_types, dtype=np.int32)[batch_of]
-    timestamps = np.asarray(base_ts, dtype=np.int64)[batch_of] + np.where(
-        log_append_of == 1, 0, ts_delta)
+    log_append_of = ts_types[batch_of]
+    timestamps = base_ts[batch_of] + np.where(log_append_of == 1, 0, ts_delta)
     headers = None
     if with_headers:
         headers = [None] * n
         for i in np.nonzero(hcount > 0)[0]:
             headers[i] = _parse_headers(buf, int(pos[i]), int(hcount[i]))
-    return DecodedRecords(np.asarray(base_offsets, dtype=np.int64)[batch_of] + off_delta,
+    return DecodedRecords(base_offsets[batch_of] + off_delta,
                           timestamps, log_append_of,
                           _gather_binary(arr, key_start, key_len),
                           _gather_binary(arr, val_start, val_len), headers)

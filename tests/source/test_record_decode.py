@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from barrier_source import record_decode as rd
@@ -39,9 +40,17 @@ def _expected(buf: bytes):
     return out
 
 
-def _decoded(buf: bytes, with_headers: bool):
-    segments = [(*rd.decompress_batch(buf, pos, hdr), hdr) for hdr, pos in rd.iter_batches(buf)]
-    got = rd.decode_segments(segments, with_headers)
+def _decoded(buf: bytes, with_headers: bool, plain: bool = False):
+    """Decoded by batch (``decode_segments``, any batch) or, with ``plain``, straight from the
+    batch table (``decode_plain``, the range read's path for uncompressed batches)."""
+    if plain:
+        table = rd.batch_table(buf)
+        assert table.is_plain().all()
+        got = rd.decode_plain(buf, table, np.arange(len(table)), with_headers)
+    else:
+        segments = [(*rd.decompress_batch(buf, pos, hdr), hdr)
+                    for hdr, pos in rd.iter_batches(buf)]
+        got = rd.decode_segments(segments, with_headers)
     headers = got.headers if with_headers else [[]] * len(got)
     return [(int(o), int(t), k, v, h or [])
             for o, t, k, v, h in zip(got.offsets, got.timestamps_ms, got.keys.to_pylist(),
@@ -71,7 +80,20 @@ def test_many_batches_decode_as_kafka_python_reads_them(layout):
             records.append(_record(rng, ts, size, headers=False))
         buf += _batch(offset, records)
         offset += n + rng.choice([0, 0, 5])  # gaps, as compaction or markers leave them
-    assert _decoded(buf, with_headers=False) == _expected(buf)
+    expected = _expected(buf)
+    assert _decoded(buf, with_headers=False) == expected
+    assert _decoded(buf, with_headers=False, plain=True) == expected
+
+
+def test_the_batch_table_stops_at_the_batch_that_reaches_the_range_end_and_skips_a_cut_batch():
+    buf = b"".join(_batch(base, [(5, b"k", b"v" * 30, [])] * 10) for base in (0, 10, 20, 30))
+    table = rd.batch_table(buf[:-7])  # the last batch cut by the fetch size limit
+    assert table.base_offsets.tolist() == [0, 10, 20]
+    assert table.last_offsets.tolist() == [9, 19, 29]
+    assert table.record_counts.tolist() == [10, 10, 10]
+    assert rd.batch_table(buf, until=15).base_offsets.tolist() == [0, 10]
+    assert rd.batch_table(buf, until=20).base_offsets.tolist() == [0, 10]
+    assert [h.base_offset for h, _ in rd.iter_batches(buf, 21)] == [0, 10, 20]
 
 
 def test_headers_and_compressed_batches_next_to_plain_ones():
