@@ -41,7 +41,7 @@ from barrier_source.offsets import (PartitionOffsets, SourceOffset, offset_of, o
                                     offsets_to_json, sorted_channels)
 from barrier_source.options import PLACEMENT_END, PLACEMENT_TIMESTAMP, SourceOptions
 from barrier_source.planner import count_rows, plan_end_offset, rate_limit
-from barrier_source.range_groups import KafkaRangeGroup, pack_ranges
+from barrier_source.range_groups import KafkaRangeGroup, pack_ranges, task_count
 from barrier_source.read_limits import (ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows,
                                         SupportsTriggerAvailableNow)
 from barrier_source.trigger import CheckpointTrigger, TriggerDecision, TriggerState
@@ -478,7 +478,7 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """One input partition per Kafka partition with records or barriers in ``[start, end)``,
-        or with ``maxPartitions`` those ranges packed into at most that many
+        or with ``maxPartitions`` / ``minRecordsPerPartition`` those ranges packed into fewer
         (:mod:`barrier_source.range_groups`); driver planner worker, the partitions are pickled
         to executors. ``start == end`` is an empty batch: PySpark < 4.2 announces the offset
         log's newest entry that way at a restart."""
@@ -507,9 +507,8 @@ class BarrierKafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
                 continue
             out.append(KafkaRangePartition(t, p, begin, max(begin, until), barriers, epochs,
                                            e.next_checkpoint_id))
-        if self.opts.max_partitions is not None:
-            return pack_ranges(out, self.opts.max_partitions)
-        return out
+        tasks = task_count(out, self.opts.max_partitions, self.opts.min_records_per_partition)
+        return pack_ranges(out, tasks) if tasks < len(out) else out
 
     def _check_guessed_start(self, start: dict, end: dict) -> None:
         """PySpark < 4.2: refuse a batch whose end was planned from another start than the one

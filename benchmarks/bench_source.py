@@ -7,7 +7,8 @@ Steps: create an 8-partition topic, fill it with 100-byte records using Kafka's 
 ProducerPerformance tool (fast), then read it completely with ``Trigger.AvailableNow`` and the
 same ``maxOffsetsPerTrigger`` for: Spark's Kafka source (``spark-sql-kafka-0-10`` from Maven
 Central), barrier-kafka with a checkpoint every batch, barrier-kafka with checkpoints off,
-barrier-kafka packing its records for a keyed operator (``packedKeyGroups``), a PySpark data
+barrier-kafka packing its records for a keyed operator (``packedKeyGroups``), barrier-kafka with
+``minRecordsPerPartition`` (a small batch read in fewer tasks), a PySpark data
 source that reads no Kafka at all and yields the same rows, ready-made, in the same batches and
 tasks (the ceiling of any Python data source on this Spark, ``--ceiling``), and Kafka's own
 ``ConsumerPerformance`` tool (the machine's limit). Each variant runs once to warm up, then
@@ -229,6 +230,9 @@ ON = "barrier-kafka, checkpoint every batch"
 OFF = "barrier-kafka, checkpoints off"
 PERF = "kafka ConsumerPerformance"
 CEILING = "PySpark data source, no Kafka (ceiling)"
+#: The source with few records a batch read in fewer tasks (operations.md recommends it).
+MIN_RECORDS = 100_000
+SMALL_BATCHES = f"barrier-kafka minRecordsPerPartition={MIN_RECORDS}"
 #: The source packing its records for a keyed operator of this many key groups (the library's
 #: default max_parallelism): the rows Spark handles are then one per key group and fetch.
 PACKED_KEY_GROUPS = 128
@@ -272,6 +276,9 @@ def main() -> int:
         (PACKED, lambda: run_once(spark, "barrier-kafka", dict(
             common, **{"execution.checkpointing.interval-batches": "1",
                        "packedKeyGroups": str(PACKED_KEY_GROUPS)}))),
+        (SMALL_BATCHES, lambda: run_once(spark, "barrier-kafka", dict(
+            common, **{"execution.checkpointing.interval-batches": "1",
+                       "minRecordsPerPartition": str(MIN_RECORDS)}))),
         (PERF, lambda: consumer_performance(bootstrap, topic, args.records)),
     ]
     if args.ceiling:
@@ -315,6 +322,8 @@ def print_table(n: int, times: dict, loads: list, sockets: str = "") -> None:
     for label, a, b in (("barrier-kafka / spark kafka (>= 1.0x)", ON, "spark kafka"),
                         ("barrier-kafka / ConsumerPerformance (>= 0.5x)", ON, PERF),
                         ("packed / spark kafka", PACKED, "spark kafka"),
+                        ("minRecordsPerPartition / spark kafka", SMALL_BATCHES, "spark kafka"),
+                        ("minRecordsPerPartition / ConsumerPerformance", SMALL_BATCHES, PERF),
                         ("packed / ConsumerPerformance", PACKED, PERF)):
         print(f"| {label} | {rate[a][0] / rate[b][0]:.2f}x | {rate[a][1] / rate[b][1]:.2f}x |")
     if CEILING in rate:

@@ -7,6 +7,8 @@ import json
 import os
 import time
 
+import pytest
+
 from barrier_source.offsets import SourceOffset
 from integration_tests.source_helpers import barriers, produce, records, run_to_memory
 
@@ -85,17 +87,20 @@ def _tasks_of_query(spark, run_id):
     return counts
 
 
-def test_max_partitions_packs_ranges_into_fewer_tasks(spark, bootstrap, topic_factory, tmp_path):
-    """maxPartitions=2 on five partitions: each batch runs at most two read tasks, and the rows
-    are what one task per partition gives: every record once, barrier n at the batch end of
-    every channel (empty ones too), every record in its epoch."""
+@pytest.mark.parametrize("packing", [{"maxPartitions": "2"},
+                                     {"minRecordsPerPartition": "20"}])
+def test_packing_options_read_ranges_in_fewer_tasks(spark, bootstrap, topic_factory, tmp_path,
+                                                     packing):
+    """maxPartitions=2, or minRecordsPerPartition=20 with 40-record batches, on five partitions:
+    each batch runs at most two read tasks, and the rows are what one task per partition gives:
+    every record once, barrier n at the batch end of every channel (empty ones too), every
+    record in its epoch."""
     topic = topic_factory(5)
     produce(bootstrap, topic, {0: 60, 1: 35, 2: 0, 3: 41, 4: 7})
     channels = {f"{topic}:{p}" for p in range(5)}
     runs = []
     chk = str(tmp_path / "chk")
-    rows = run_to_memory(spark, base(bootstrap, topic, maxOffsetsPerTrigger="40",
-                                     maxPartitions="2"), chk,
+    rows = run_to_memory(spark, base(bootstrap, topic, maxOffsetsPerTrigger="40", **packing), chk,
                          started=lambda q: runs.append(str(q.runId)))
     tasks = _tasks_of_query(spark, runs[0])
     assert len(tasks) >= 4 and max(tasks) <= 2, tasks

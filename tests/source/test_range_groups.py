@@ -97,3 +97,36 @@ def test_a_task_reads_its_ranges_one_after_another(monkeypatch):
     got = list(reader.read(KafkaRangeGroup((_range(3, 1), _range(1, 1)))))
     assert got == [(3, "a"), (3, "b"), (1, "a"), (1, "b")]
     assert list(reader.read(_range(2, 1))) == [(2, "a"), (2, "b")]
+
+
+@pytest.mark.parametrize("records, ranges, cap, tasks", [
+    (10_000, 4, None, 1),      # a small batch: one task reads every range
+    (50_000, 4, None, 1),
+    (200_000, 4, None, 2),     # 100,000 records a task
+    (500_000, 8, None, 5),
+    (5_000_000, 8, None, 8),   # never more tasks than ranges
+    (500_000, 8, 3, 3),        # maxPartitions still caps the tasks
+])
+def test_min_records_per_partition_packs_a_small_batch_into_fewer_tasks(records, ranges, cap,
+                                                                        tasks):
+    latest = {p: records // ranges for p in range(ranges)}
+    options = {"minRecordsPerPartition": "100000", "maxOffsetsPerTrigger": str(records)}
+    if cap:
+        options["maxPartitions"] = str(cap)
+    reader = make_reader(dict(latest), **options)
+    start = reader.initialOffset()
+    end = reader.latestOffset()
+    packed = reader.partitions(start, end)
+    assert len(packed) == tasks
+    flat = sorted((r.partition, r.from_offset, r.until_offset) for g in _members(packed)
+                  for r in g)
+    one_each = make_reader(dict(latest)).partitions(start, end)
+    assert flat == sorted((r.partition, r.from_offset, r.until_offset) for r in one_each)
+    assert len(one_each) == ranges
+
+
+def test_a_bad_min_records_per_partition_is_refused():
+    for bad, why in (("0", ">= 1"), ("many", "integer")):
+        with pytest.raises(InvalidOptionError, match=f"minRecordsPerPartition.*{why}"):
+            BarrierKafkaStreamReader({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t",
+                                      "minRecordsPerPartition": bad}, source_schema())
