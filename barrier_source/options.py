@@ -70,8 +70,8 @@ SOURCE_OPTIONS = [
                "are packed into about its records / this many tasks, at least 1 and at most "
                "maxPartitions when set. A Python task costs PySpark tens of ms however little "
                "it reads, so small batches read faster in one task: 100000 took "
-               "barrier-kafka from 0.66x to 1.02x Spark's Kafka source at 10,000-record batches "
-               "(docs/operations.md). Unset: one task per Kafka partition with data.",
+               "barrier-kafka from 0.73x to 1.06x Spark's Kafka source at 10,000-record batches "
+               "(medians, docs/operations.md). Unset: one task per Kafka partition with data.",
                kind="int", minimum=1),
     OptionSpec("minOffsetsPerTrigger", None, "Lower bound of records per micro-batch: smaller "
                "backlogs wait, but at most maxTriggerDelay (ignored with Trigger.AvailableNow).",
