@@ -322,9 +322,9 @@ def print_table(n: int, times: dict, loads: list, sockets: str = "") -> None:
     for label, a, b in (("barrier-kafka / spark kafka (>= 1.0x)", ON, "spark kafka"),
                         ("barrier-kafka / ConsumerPerformance (>= 0.5x)", ON, PERF),
                         ("packed / spark kafka", PACKED, "spark kafka"),
+                        ("packed / ConsumerPerformance", PACKED, PERF),
                         ("minRecordsPerPartition / spark kafka", SMALL_BATCHES, "spark kafka"),
-                        ("minRecordsPerPartition / ConsumerPerformance", SMALL_BATCHES, PERF),
-                        ("packed / ConsumerPerformance", PACKED, PERF)):
+                        ("minRecordsPerPartition / ConsumerPerformance", SMALL_BATCHES, PERF)):
         print(f"| {label} | {rate[a][0] / rate[b][0]:.2f}x | {rate[a][1] / rate[b][1]:.2f}x |")
     if CEILING in rate:
         for label, a in (("ceiling / spark kafka", "spark kafka"), ("ceiling / ConsumerPerformance",
