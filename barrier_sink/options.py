@@ -64,7 +64,8 @@ KAFKA_SINK_OPTIONS: List[OptionSpec] = [
                "Spark's Kafka sink."),
     OptionSpec("transactionalIdPrefix", "barrier-kafka-<hash of checkpointLocation>",
                "Prefix of every transactional.id this sink uses. Queries with different "
-               "prefixes never fence each other."),
+               "prefixes never fence each other. A prefix ending with '-r' and eight hex "
+               "digits is refused: it reads as another prefix's run tag."),
     OptionSpec("transaction.naming.strategy", "POOLING",
                "POOLING: each sink task attempt reuses a small pool of transactional ids "
                "(`<prefix>-r<run>-p<task>-a<attempt>-s<slot>`, `<run>` a tag of the query "
@@ -232,6 +233,7 @@ class KafkaSinkOptions:
             location = normalize_location(checkpoint.checkpoint_location)
             digest = hashlib.sha1(location.encode()).hexdigest()[:12]
             prefix = f"barrier-kafka-{digest}"
+        check_prefix(prefix)
         timeout = _int(options, "kafka.transaction.timeout.ms",
                        _default(KAFKA_SINK_OPTIONS, "kafka.transaction.timeout.ms"))
         naming = (_get(options, "transaction.naming.strategy") or POOLING).upper()
@@ -324,6 +326,31 @@ class KafkaSinkOptions:
         return self.naming_strategy == POOLING
 
 
+#: The end of a prefix that reads as another prefix's run tag (``-r`` and eight hex digits).
+_RUN_TAG_END = r"-r[0-9a-f]{8}"
+
+
+def check_prefix(prefix: str) -> None:
+    """Refuse a ``transactionalIdPrefix`` ending like a run tag, ``-r`` and eight hex digits.
+
+    A pooled id is ``<prefix>[-r<run>]-p<task>-a<attempt>-s<slot>``, so the ids of prefix
+    ``orders-r0123abcd`` made without a run tag (a platform that names no run, or a tool) are also
+    ids of prefix ``orders`` with run ``0123abcd``. The sink of ``orders`` would take them for its
+    own and its sweep would fence and abort their open transactions, pre-committed ones included,
+    losing that query's batch; and the sink of ``orders-r0123abcd`` would claim the ids of a run
+    of ``orders`` whose tag is ``0123abcd``. With such prefixes refused, the pooled ids of two
+    different prefixes never coincide (tests/sink/test_id_pool.py checks that)."""
+    import re
+
+    if re.search(_RUN_TAG_END + r"\Z", prefix):
+        raise InvalidOptionError(
+            f"Option 'transactionalIdPrefix' must not end with '-r' and eight hex digits "
+            f"(got {prefix!r}): the sink's pooled transactional ids put a query run's tag of "
+            f"that form after the prefix, so a query with the prefix {prefix[:-10]!r} would "
+            f"take this query's ids for its own and abort its open transactions. Choose a "
+            f"prefix that ends otherwise, e.g. {prefix + '-sink'!r}.")
+
+
 def is_sink_transactional_id(prefix: str, transactional_id: str) -> bool:
     """True if the sink with ``transactionalIdPrefix`` = ``prefix`` made ``transactional_id``
     (pooled ``<prefix>[-r<run>]-p<task>-a<attempt>-s<slot>``, incrementing
@@ -339,7 +366,7 @@ def is_pooled_transactional_id(prefix: str, transactional_id: str) -> bool:
     ``<run>`` eight hex characters)."""
     import re
 
-    pattern = rf"{re.escape(prefix)}(-r[0-9a-f]{{8}})?-p\d+-a\d+-s\d+"
+    pattern = rf"{re.escape(prefix)}({_RUN_TAG_END})?-p\d+-a\d+-s\d+"
     return re.fullmatch(pattern, transactional_id) is not None
 
 

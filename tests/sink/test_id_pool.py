@@ -43,6 +43,47 @@ def test_pooled_and_incrementing_names_are_this_sinks_and_no_one_elses():
                                        "/c", "transaction.naming.strategy": "random"})
 
 
+def test_a_prefix_ending_like_a_run_tag_is_refused_with_its_fix():
+    """``orders-r0123abcd``'s pooled ids without a run tag are ``orders``'s ids of run
+    ``0123abcd``: the sweep of ``orders`` would fence and abort them, pre-committed or not."""
+    base = {"kafka.bootstrap.servers": "h:1", "checkpointLocation": "/c"}
+    with pytest.raises(InvalidOptionError,
+                       match=r"transactionalIdPrefix.*'orders-r0123abcd'.*'orders'.*"
+                             r"'orders-r0123abcd-sink'"):
+        KafkaSinkOptions.from_options({**base, "transactionalIdPrefix": "orders-r0123abcd"})
+    for fine in ("orders-r0123abc", "orders-rDEADBEEF", "orders-r0123abcd-sink", "orders-r"):
+        assert KafkaSinkOptions.from_options(
+            {**base, "transactionalIdPrefix": fine}).transactional_id_prefix == fine
+
+
+PREFIXES = ["orders", "orders-eu", "orders-r0123abcd", "orders-r0123abcd-sink", "orders-r0123abc",
+            "orders-rDEADBEEF", "orders-p0-a0-s0", "orders-b1-p0-e1", "orders-r",
+            "orders-2pc-check"]
+
+
+def test_no_id_of_one_accepted_prefix_is_claimed_by_another():
+    """Every id a sink of an accepted prefix makes (pooled, with a run tag or none, including run
+    tags spelled like another prefix's end; incrementing) belongs to that prefix alone, so no
+    sweep ever fences another query's transaction."""
+    base = {"kafka.bootstrap.servers": "h:1", "checkpointLocation": "/c"}
+    accepted = {}
+    for prefix in PREFIXES:
+        try:
+            accepted[prefix] = KafkaSinkOptions.from_options(
+                {**base, "transactionalIdPrefix": prefix})
+        except InvalidOptionError:
+            continue
+    assert "orders-r0123abcd" not in accepted and len(accepted) == len(PREFIXES) - 1
+    for prefix, opts in accepted.items():
+        ids = [opts.pooled_transactional_id(p, a, s, run)
+               for run in (None, "0123abcd", "deadbeef") for p in (0, 3) for a in (0, 1)
+               for s in (0, 2)]
+        ids += [opts.transactional_id(7, 3, e, attempt=a) for e in (None, 2) for a in (0, 1)]
+        for other in accepted:
+            for tid in ids:
+                assert is_sink_transactional_id(other, tid) == (other == prefix), (other, tid)
+
+
 def _writer(tmp_path, **extra):
     return KafkaTwoPhaseCommitWriter({"kafka.bootstrap.servers": "127.0.0.1:1", "topic": "out",
                                       "transactionalIdPrefix": "x",
