@@ -67,18 +67,17 @@ from typing import List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from barrier_kafka.spark_home import compiled_spark_home, source_home  # noqa: E402
 from barrier_kafka.spark_settings import UNIX_SOCKETS  # noqa: E402
 from barrier_ops.function import KeyedProcessFunction  # noqa: E402
 from benchmarks.bench_sink import make_topic  # noqa: E402
-from benchmarks.bench_source import (add_conf_argument, python_sockets,  # noqa: E402
-                                     session_conf, spark_with_kafka_connector)
+from benchmarks.bench_source import (add_conf_argument, add_spark_home_argument,  # noqa: E402
+                                     python_sockets, session_conf, spark_with_kafka_connector,
+                                     use_spark_home)
 from benchmarks import process_cpu  # noqa: E402
 from benchmarks.stage_times import (COLUMNS as STAGE_COLUMNS, PYTHON_TIME,  # noqa: E402
                                     EventLogTail, cell, event_log_conf, median_ms,
                                     stage_times)
 from benchmarks.visibility import StableOffsetLog, final_count_offsets  # noqa: E402
-from kafka_harness.bytecode import compile_library  # noqa: E402
 
 VARIANTS = ("native", "eo per-key", "eo per-record")
 #: ``--variants`` may add these: the same pipelines with the input narrowed to the columns the
@@ -421,10 +420,7 @@ def main() -> int:
                         help="the barrier-kafka source's maxPartitions (tasks reading a batch); "
                              "-1: the session's cores (defaultParallelism), 0: unset (one task "
                              "per Kafka partition, as Spark's own source)")
-    parser.add_argument("--spark-home", choices=("compiled", "installed"), default="compiled",
-                        help="start the session from the compiled Spark home (Python workers "
-                             "import PySpark as bytecode, barrier_kafka.compiled_spark_home) or "
-                             "the installed one")
+    add_spark_home_argument(parser)
     parser.add_argument("--variants", default=",".join(VARIANTS),
                         help=f"comma-separated, of {VARIANTS + EXTRA_VARIANTS}")
     add_conf_argument(parser)
@@ -432,9 +428,7 @@ def main() -> int:
     bootstrap = os.environ.get("BARRIER_KAFKA_BOOTSTRAP", "127.0.0.1:39092")
     variants = variant_names(parser, args.variants)
 
-    compile_library()
-    os.environ["SPARK_HOME"] = str(compiled_spark_home() if args.spark_home == "compiled"
-                                   else source_home())
+    use_spark_home(args.spark_home)
     event_dir = tempfile.mkdtemp(prefix="bench-events-")
     spark = spark_with_kafka_connector("bench-pipeline", shuffle_partitions=SHUFFLE_PARTITIONS,
                                        **event_log_conf(event_dir),

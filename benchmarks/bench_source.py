@@ -8,7 +8,9 @@ ProducerPerformance tool (fast), then read it completely with ``Trigger.Availabl
 same ``maxOffsetsPerTrigger`` for: Spark's Kafka source (``spark-sql-kafka-0-10`` from Maven
 Central), barrier-kafka with a checkpoint every batch, barrier-kafka with checkpoints off,
 barrier-kafka packing its records for a keyed operator (``packedKeyGroups``), barrier-kafka with
-``minRecordsPerPartition`` (a small batch read in fewer tasks), a PySpark data
+``minRecordsPerPartition`` (a small batch read in fewer tasks), barrier-kafka with
+``maxPartitions`` = the session's cores (the setting source-options.md recommends for a topic
+with more partitions than cores: one wave of tasks a batch), a PySpark data
 source that reads no Kafka at all and yields the same rows, ready-made, in the same batches and
 tasks (the ceiling of any Python data source on this Spark, ``--ceiling``), and Kafka's own
 ``ConsumerPerformance`` tool (the machine's limit). Each variant runs once to warm up, then
@@ -16,7 +18,11 @@ tasks (the ceiling of any Python data source on this Spark, ``--ceiling``), and 
 ratios. The session has :func:`barrier_kafka.recommended_spark_conf` (on Spark 4.1+ Python
 workers over Unix domain sockets; the table's header says which); ``--conf KEY=VALUE`` sets any
 Spark setting (``--conf spark.python.unix.domain.socket.enabled=false``: Spark's default TCP
-sockets).
+sockets). ``--spark-home compiled`` (the default, as for ``bench_pipeline.py``) starts the session
+from :func:`barrier_kafka.compiled_spark_home`, as the README recommends, so the Python workers a
+query starts import PySpark as bytecode; ``installed`` from the Spark home as installed. Spark's
+own source starts no Python worker and ``ConsumerPerformance`` no Spark: only barrier-kafka and
+the ceiling can gain. The library's modules are compiled first, as a pip install has them.
 """
 
 from __future__ import annotations
@@ -65,6 +71,25 @@ def spark_with_kafka_connector(app_name: str, **conf):
                                              "spark.jars.excludes": TOKEN_PROVIDER,
                                              "spark.jars": token_provider_jar(),
                                              "spark.ui.showConsoleProgress": "false"})
+
+
+def add_spark_home_argument(parser) -> None:
+    """``--spark-home compiled|installed``: the Spark home the benchmark's session starts from."""
+    parser.add_argument("--spark-home", choices=("compiled", "installed"), default="compiled",
+                        help="start the session from the compiled Spark home (Python workers "
+                             "import PySpark as bytecode, barrier_kafka.compiled_spark_home) or "
+                             "the installed one")
+
+
+def use_spark_home(choice: str) -> None:
+    """Point ``SPARK_HOME`` at the ``compiled`` or ``installed`` Spark home before the session
+    starts, with the library's bytecode written (as a pip install of the wheel has it)."""
+    from barrier_kafka.spark_home import compiled_spark_home, source_home
+    from kafka_harness.bytecode import compile_library
+
+    compile_library()
+    os.environ["SPARK_HOME"] = str(compiled_spark_home() if choice == "compiled"
+                                   else source_home())
 
 
 def add_conf_argument(parser) -> None:
@@ -233,6 +258,8 @@ CEILING = "PySpark data source, no Kafka (ceiling)"
 #: The source with few records a batch read in fewer tasks (operations.md recommends it).
 MIN_RECORDS = 100_000
 SMALL_BATCHES = f"barrier-kafka minRecordsPerPartition={MIN_RECORDS}"
+#: The source with a topic's ranges packed into one task per core (source-options.md).
+ONE_WAVE = "barrier-kafka maxPartitions=cores"
 #: The source packing its records for a keyed operator of this many key groups (the library's
 #: default max_parallelism): the rows Spark handles are then one per key group and fetch.
 PACKED_KEY_GROUPS = 128
@@ -252,10 +279,12 @@ def main() -> int:
                              "rate)")
     parser.add_argument("--ceiling", action="store_true",
                         help="add a Python data source that reads no Kafka (the ceiling)")
+    add_spark_home_argument(parser)
     add_conf_argument(parser)
     args = parser.parse_args()
     bootstrap = os.environ.get("BARRIER_KAFKA_BOOTSTRAP", "127.0.0.1:39092")
     topic = "bench_source_" + uuid.uuid4().hex[:8]
+    use_spark_home(args.spark_home)
     t0 = time.perf_counter()
     fill_topic(bootstrap, topic, args.partitions, args.records, args.producer_batch_bytes)
     print(f"produced {args.records} x 100 B into {topic} ({args.partitions} partitions, producer "
@@ -264,6 +293,7 @@ def main() -> int:
 
     spark = spark_with_kafka_connector("bench-source", **session_conf(parser, args.conf))
     sockets = python_sockets(spark)
+    cores = spark.sparkContext.defaultParallelism
     common = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic,
               "startingOffsets": "earliest",
               "maxOffsetsPerTrigger": str(args.max_offsets_per_trigger)}
@@ -279,6 +309,9 @@ def main() -> int:
         (SMALL_BATCHES, lambda: run_once(spark, "barrier-kafka", dict(
             common, **{"execution.checkpointing.interval-batches": "1",
                        "minRecordsPerPartition": str(MIN_RECORDS)}))),
+        (ONE_WAVE, lambda: run_once(spark, "barrier-kafka", dict(
+            common, **{"execution.checkpointing.interval-batches": "1",
+                       "maxPartitions": str(cores)}))),
         (PERF, lambda: consumer_performance(bootstrap, topic, args.records)),
     ]
     if args.ceiling:
@@ -303,15 +336,16 @@ def main() -> int:
         admin = KafkaAdminClient(bootstrap_servers=bootstrap)
         admin.delete_topics([topic])
         admin.close()
-    print_table(args.records, times, loads, sockets)
+    print_table(args.records, times, loads,
+                f"{args.spark_home} Spark home, {cores} cores, {sockets}")
     return 0
 
 
-def print_table(n: int, times: dict, loads: list, sockets: str = "") -> None:
+def print_table(n: int, times: dict, loads: list, setting: str = "") -> None:
     """Best and median records/s per variant, and the issue's ratios on both."""
     rate = {name: (n / min(t), n / statistics.median(t)) for name, t in times.items()}
     print(f"\n{n:,} records, {len(loads)} alternated rounds, "
-          + (f"{sockets}, " if sockets else "")
+          + (f"{setting}, " if setting else "")
           + f"load average {min(loads):.1f}-{max(loads):.1f}")
     print("| variant | best rec/s | median rec/s |")
     print("|---|---|---|")
@@ -324,7 +358,9 @@ def print_table(n: int, times: dict, loads: list, sockets: str = "") -> None:
                         ("packed / spark kafka", PACKED, "spark kafka"),
                         ("packed / ConsumerPerformance", PACKED, PERF),
                         ("minRecordsPerPartition / spark kafka", SMALL_BATCHES, "spark kafka"),
-                        ("minRecordsPerPartition / ConsumerPerformance", SMALL_BATCHES, PERF)):
+                        ("minRecordsPerPartition / ConsumerPerformance", SMALL_BATCHES, PERF),
+                        ("maxPartitions=cores / spark kafka", ONE_WAVE, "spark kafka"),
+                        ("maxPartitions=cores / ConsumerPerformance", ONE_WAVE, PERF)):
         print(f"| {label} | {rate[a][0] / rate[b][0]:.2f}x | {rate[a][1] / rate[b][1]:.2f}x |")
     if CEILING in rate:
         for label, a in (("ceiling / spark kafka", "spark kafka"), ("ceiling / ConsumerPerformance",
