@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from barrier_kafka.spark_home import compiled_spark_home, source_home
+from barrier_kafka.spark_home import SparkHomeError, compiled_spark_home, source_home
 from benchmarks.bench_source import (CEILING, OFF, ON, ONE_WAVE, PACKED, PERF, SMALL_BATCHES,
                                      add_spark_home_argument, print_table, use_spark_home)
 
@@ -45,6 +45,11 @@ def test_spark_home_argument_points_spark_home_at_that_home(choice, monkeypatch)
     add_spark_home_argument(parser)
     assert parser.parse_args([]).spark_home == "compiled"
     monkeypatch.delenv("SPARK_HOME", raising=False)
+    if choice == "compiled":
+        try:
+            compiled_spark_home()
+        except SparkHomeError as exc:  # the harness then runs from the installed home too
+            pytest.skip(f"no compiled Spark home here: {exc}")
     use_spark_home(parser.parse_args(["--spark-home", choice]).spark_home)
     expected = compiled_spark_home() if choice == "compiled" else source_home()
     assert os.environ["SPARK_HOME"] == str(expected)
