@@ -41,13 +41,11 @@ from typing import Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from barrier_kafka.spark_home import compiled_spark_home  # noqa: E402
 from benchmarks.bench_pipeline import (SHUFFLE_PARTITIONS, produce,  # noqa: E402
                                        required_bootstrap, start_variant, variant_names)
 from benchmarks.bench_sink import make_topic  # noqa: E402
-from benchmarks.bench_source import spark_with_kafka_connector  # noqa: E402
+from benchmarks.bench_source import spark_with_kafka_connector, use_spark_home  # noqa: E402
 from benchmarks.stage_times import median_ms  # noqa: E402
-from kafka_harness.bytecode import compile_library  # noqa: E402
 
 KEYS = 997
 PHASES = ("analysis", "optimization", "planning")
@@ -146,8 +144,7 @@ def main() -> int:
     args = parser.parse_args()
     bootstrap = required_bootstrap(parser)
     variants = variant_names(parser, args.variants)
-    compile_library()
-    os.environ["SPARK_HOME"] = str(compiled_spark_home())
+    use_spark_home("compiled")
     spark = spark_with_kafka_connector("bench-batch-plan-" + uuid.uuid4().hex[:6],
                                        shuffle_partitions=SHUFFLE_PARTITIONS)
     max_partitions = spark.sparkContext.defaultParallelism

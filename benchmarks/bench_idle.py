@@ -40,14 +40,12 @@ from typing import Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from barrier_kafka.spark_home import compiled_spark_home  # noqa: E402
 from benchmarks import process_cpu  # noqa: E402
 from benchmarks.bench_pipeline import (SHUFFLE_PARTITIONS, cell_ratio, final_counts,  # noqa: E402
                                        produce, required_bootstrap, start_variant, variant_names)
 from benchmarks.bench_sink import make_topic  # noqa: E402
-from benchmarks.bench_source import spark_with_kafka_connector  # noqa: E402
+from benchmarks.bench_source import spark_with_kafka_connector, use_spark_home  # noqa: E402
 from benchmarks.visibility import final_count_offsets  # noqa: E402
-from kafka_harness.bytecode import compile_library  # noqa: E402
 
 #: The table's columns: the kinds of :mod:`benchmarks.process_cpu`, with the JIT's share of the
 #: Spark JVM after it.
@@ -136,8 +134,7 @@ def main() -> int:
             triggers.append(None if t == "default" else float(t))
         except ValueError:
             parser.error(f"trigger {t!r} is neither 'default' nor a number of seconds")
-    compile_library()
-    os.environ["SPARK_HOME"] = str(compiled_spark_home())
+    use_spark_home("compiled")
     spark = spark_with_kafka_connector("bench-idle-" + uuid.uuid4().hex[:6],
                                        shuffle_partitions=SHUFFLE_PARTITIONS)
     # as bench_pipeline's default: the barrier-kafka source reads in as many tasks as cores

@@ -86,15 +86,12 @@ def main() -> int:
                         help="seconds after stop() returns before the second listing")
     parser.add_argument("--seed", type=int, default=62)
     args = parser.parse_args()
-    from barrier_kafka.spark_home import compiled_spark_home
-    from benchmarks.bench_source import spark_with_kafka_connector
-    from kafka_harness.bytecode import compile_library
+    from benchmarks.bench_source import spark_with_kafka_connector, use_spark_home
 
     from kafka_harness.broker import env_or_own_broker
 
     bootstrap, broker = env_or_own_broker()
-    compile_library()
-    os.environ["SPARK_HOME"] = str(compiled_spark_home())
+    use_spark_home("compiled")
     spark = spark_with_kafka_connector("bench-stop", shuffle_partitions=2)
     rng = random.Random(args.seed)
     rows = []
