@@ -193,6 +193,10 @@ def main(argv=None) -> int:
                         help="Spark master (a spark:// standalone cluster for cluster tests)")
     parser.add_argument("--speculation", action="store_true",
                         help="speculative task attempts (spark.speculation, eager settings)")
+    parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting of the Spark session (repeatable), over the ones "
+                             "barrier_kafka.recommended_spark_conf() gives, e.g. "
+                             "spark.sql.adaptive.streaming.stateless.enabled=true")
     parser.add_argument("--source-option", action="append", default=[], metavar="KEY=VALUE",
                         help="another (or overriding) option of the barrier-kafka source "
                              "(repeatable), e.g. kafka.security.protocol=SASL_PLAINTEXT")
@@ -222,9 +226,14 @@ def main(argv=None) -> int:
                         help="tests: query.stop() as soon as FILE exists, wherever the "
                              "batch is, then exit")
     args = parser.parse_args(argv)
+    from kafka_harness.spark import build_spark, conf_pairs
+
+    try:
+        extra_conf = conf_pairs(args.spark_conf, "--spark-conf")
+    except ValueError as exc:
+        parser.error(str(exc))
     logging.basicConfig(level=logging.WARNING)
     from barrier_core.faults import record_pipeline_group
-    from kafka_harness.spark import build_spark
 
     record_pipeline_group()
     conf = {}
@@ -232,6 +241,7 @@ def main(argv=None) -> int:
         conf = {"spark.speculation": "true", "spark.speculation.interval": "200ms",
                 "spark.speculation.multiplier": "1.5", "spark.speculation.quantile": "0.5",
                 "spark.speculation.minTaskRuntime": "500ms"}
+    conf.update(extra_conf)
     spark = build_spark("barrier-demo-pipeline", shuffle_partitions=args.shuffle_partitions,
                         master=args.master, **conf)
     cfg = PipelineConfig(args.bootstrap, args.input, args.output, args.workdir, args.group,

@@ -155,8 +155,11 @@ def keyed_process(df: DataFrame, key_col: str, fn: Callable, output_schema,
         which costs Spark less a batch (:mod:`barrier_ops.batch_runtimes`). It needs a
         streaming query and a ``file://`` backend every executor reaches or an ``s3://`` one.
         Output, checkpoints and guarantees are the same; a running query (its
-        ``checkpointLocation``) keeps the store it started with. See "State between batches in
-        the state backend" in operations.md.
+        ``checkpointLocation``) keeps the store it started with. On Spark 4.1+ build the
+        session with ``barrier_kafka.recommended_spark_conf()``: it turns off adaptive
+        execution of stateless streams, which runs each batch of this operator as two Spark
+        jobs. See "State between batches in the state backend" and "Adaptive execution of
+        stateless streams" in operations.md.
 
     Returns
     -------
@@ -271,7 +274,8 @@ def _on_backend_runtimes(keyed: DataFrame, group_col: str, opts: OperatorOptions
     no_rows = pd.DataFrame({f.name: pd.Series([], dtype=object) for f in result_schema.fields})
 
     # the groups spread over the shuffle partitions as the "spark" store spreads them: Spark
-    # runs a stateless stream adaptively, and would coalesce a small batch into one task
+    # 4.1+ runs a stateless stream adaptively unless the session turns it off (as
+    # barrier_kafka.recommended_spark_conf does), and would coalesce a small batch into one task
     partitions = shuffle_partition_count(
         keyed.sparkSession.conf.get("spark.sql.shuffle.partitions"))
     if partitions is not None:

@@ -101,8 +101,12 @@ PACKED_VARIANTS = ("eo per-key arrow ranges packed", "eo per-record arrow ranges
 RUNTIME_VARIANTS = ("eo per-key runtimes", "eo per-record runtimes",
                     "eo per-key arrow ranges packed runtimes",
                     "eo per-record arrow ranges packed runtimes")
+#: ... and these: the recommended pipelines with their state in the backend, started with Spark
+#: 4.1+'s adaptive execution of stateless streams on, as in a session built without
+#: ``barrier_kafka.recommended_spark_conf()`` (each batch's shuffle a Spark job of its own).
+ADAPTIVE_VARIANTS = tuple(v + " adaptive" for v in RUNTIME_VARIANTS[2:])
 EXTRA_VARIANTS = (LEAN_VARIANTS + ARROW_VARIANTS + RANGE_VARIANTS + PACKED_VARIANTS
-                  + RUNTIME_VARIANTS)
+                  + RUNTIME_VARIANTS + ADAPTIVE_VARIANTS)
 #: The shuffle partitions of every pipeline (Spark's session setting).
 SHUFFLE_PARTITIONS = 2
 LEAN_COLUMNS = ("key", "topic", "partition", "offset", "timestamp", "kind", "checkpoint_id",
@@ -213,10 +217,16 @@ def start_variant(spark, variant, bootstrap, src, out, work, batch, max_parallel
     from ``src`` to ``out``: ``native`` is :func:`start_native`; the words of an ``eo ...`` name
     choose :func:`start_exactly_once`'s settings (``per-key``, ``lean``, ``arrow``, ``ranges``
     in ``parallelism`` ranges, else the shuffle partitions, ``packed``, ``runtimes``: the
-    runtimes in the state backend)."""
+    runtimes in the state backend, ``adaptive``: the query started with stateless streams run
+    adaptively, :func:`adaptive_stateless_streams`)."""
     if variant == "native":
         return start_native(spark, bootstrap, src, out, work, batch, trigger_s)
     words = variant.split()
+    if "adaptive" in words:
+        with adaptive_stateless_streams(spark):
+            return start_variant(spark, " ".join(w for w in words if w != "adaptive"),
+                                 bootstrap, src, out, work, batch, max_parallelism,
+                                 max_partitions, parallelism, trigger_s)
     ranges = "ranges" in words
     return start_exactly_once(spark, bootstrap, src, out, work, batch,
                               per_key=variant.startswith("eo per-key"), trigger_s=trigger_s,
@@ -226,6 +236,16 @@ def start_variant(spark, variant, bootstrap, src, out, work, batch, max_parallel
                               parallelism=(parallelism or SHUFFLE_PARTITIONS) if ranges
                               else None, packed="packed" in words,
                               runtime_store="backend" if "runtimes" in words else "spark")
+
+
+def adaptive_stateless_streams(spark):
+    """Within: queries started run stateless streams adaptively (Spark 4.1+'s default, which
+    :func:`barrier_kafka.recommended_spark_conf` turns off); the session's own value is back
+    for the next one (:func:`kafka_harness.spark.sql_conf`)."""
+    from barrier_kafka.spark_settings import STATELESS_AQE
+    from kafka_harness.spark import sql_conf
+
+    return sql_conf(spark, STATELESS_AQE, "true")
 
 
 ATTRIBUTION = ("batch", "spark", "planning", "stage 1+sched", "operator", "state upd",

@@ -101,22 +101,24 @@ def add_conf_argument(parser) -> None:
 
 
 def session_conf(parser, pairs) -> dict:
-    """``--conf KEY=VALUE`` arguments as a dict of Spark settings."""
-    conf = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            parser.error(f"--conf {pair!r}: expected KEY=VALUE, e.g. "
-                         "--conf spark.python.unix.domain.socket.enabled=true")
-        conf[key.strip()] = value.strip()
-    return conf
+    """``--conf KEY=VALUE`` arguments as a dict of Spark settings (``parser.error`` for one
+    that is not KEY=VALUE)."""
+    from kafka_harness.spark import conf_pairs
+
+    try:
+        return conf_pairs(pairs)
+    except ValueError as exc:
+        parser.error(str(exc))
 
 
 def python_sockets(spark) -> str:
-    """How the session's Python workers talk to the JVM, for a benchmark's header."""
-    from barrier_kafka.spark_settings import UNIX_SOCKETS
+    """The session's settings of :func:`barrier_kafka.recommended_spark_conf`, for a benchmark's
+    header: how its Python workers talk to the JVM, and whether it runs stateless streams
+    adaptively (as the next query started will, Spark 4.1+)."""
+    from barrier_kafka.spark_settings import STATELESS_AQE, UNIX_SOCKETS
 
-    return f"{UNIX_SOCKETS}={spark.sparkContext.getConf().get(UNIX_SOCKETS, 'false')}"
+    return (f"{UNIX_SOCKETS}={spark.sparkContext.getConf().get(UNIX_SOCKETS, 'false')}; "
+            f"{STATELESS_AQE}={spark.conf.get(STATELESS_AQE, 'true')}")
 
 
 def fill_topic(bootstrap: str, topic: str, partitions: int, records: int,

@@ -27,6 +27,10 @@ RUNTIMES_IN_BACKEND = ("--runtime-store", "backend")
 #: The source packing its records per key group of the pipeline's operator (its
 #: max_parallelism is 16); a checkpointLocation may switch it on and off between runs.
 PACKED_SOURCE = ("--source-option", "packedKeyGroups=16")
+#: A session that runs stateless streams adaptively (Spark 4.1+'s default, which
+#: ``barrier_kafka.recommended_spark_conf`` turns off; a setting unknown to 4.0, which ignores it).
+STATELESS_STREAMS_ADAPTIVE = ("--spark-conf",
+                              "spark.sql.adaptive.streaming.stateless.enabled=true")
 
 
 def produce_input(admin, bootstrap: str, records: int, keys: int, partitions: int = 4) -> str:

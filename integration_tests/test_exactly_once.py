@@ -16,8 +16,9 @@ import pytest
 
 from barrier_core.faults import FaultPoint, fault_env
 from integration_tests.pipeline_support import (PACKED_SOURCE, RECOMMENDED_OPERATOR,
-                                                RUNTIMES_IN_BACKEND, assert_exactly_once,
-                                                produce_input, run_fault_chain, run_pipeline)
+                                                RUNTIMES_IN_BACKEND, STATELESS_STREAMS_ADAPTIVE,
+                                                assert_exactly_once, produce_input,
+                                                run_fault_chain, run_pipeline)
 
 RECORDS = 100_000
 KEYS = 997
@@ -81,16 +82,23 @@ RUNTIME_CRASH_POINTS = [FaultPoint.OPERATOR_SNAPSHOT, FaultPoint.OPERATOR_RUNTIM
 def test_sigkill_at_each_step_with_runtimes_in_the_backend(bootstrap, input_topic,
                                                           topic_factory, tmp_path):
     """The chain above with each key group's state between batches in the state backend and
-    the recommended settings (ranges, Arrow records, packed source rows): a kill after a
-    batch stored its runtimes but before its rows reached the sink (``operator_runtime``), or
+    the recommended operator settings (ranges, Arrow records, packed source rows): a kill after
+    a batch stored its runtimes but before its rows reached the sink (``operator_runtime``), or
     anywhere later, and every restart runs the batch again from the runtimes the batch before
-    left; the output is a duplicate-free prefix after each kill and exactly-once at the end."""
+    left; the output is a duplicate-free prefix after each kill and exactly-once at the end.
+
+    The session runs stateless streams adaptively, as one built without
+    ``barrier_kafka.recommended_spark_conf()`` does on Spark 4.1+: each batch's shuffle is a
+    Spark job of its own, then the operator and the sink a second one. The other fault tests
+    with runtimes in the backend (raise, random kills, task retries and speculation on a
+    cluster) run with the recommended settings, one job a batch."""
     output = topic_factory(2, prefix="eo_out_chain_runtimes")
     workdir = str(tmp_path)
     group, prefix = f"eo-rt-{uuid.uuid4().hex[:6]}", f"eo-rt-{uuid.uuid4().hex[:6]}"
     run_fault_chain(bootstrap, input_topic, output, workdir, group, prefix, RECORDS,
                     _kill_chain(workdir, RUNTIME_CRASH_POINTS), 8_000,
-                    extra_args=RECOMMENDED_OPERATOR + PACKED_SOURCE + RUNTIMES_IN_BACKEND)
+                    extra_args=RECOMMENDED_OPERATOR + PACKED_SOURCE + RUNTIMES_IN_BACKEND
+                    + STATELESS_STREAMS_ADAPTIVE)
 
 
 @pytest.mark.skipif(not os.environ.get("BARRIER_KAFKA_SLOW"),

@@ -189,11 +189,13 @@ def test_the_suites_session_has_the_recommended_settings(spark):
     """Every Spark session of the suite (``kafka_harness.spark.build_spark``) is built with
     ``barrier_kafka.recommended_spark_conf()``: on PySpark 4.1+ its Python workers, which every
     test with a Python data source, operator or sink runs, talk to the JVM over Unix domain
-    sockets."""
-    from barrier_kafka.spark_settings import (UNIX_SOCKETS, missing_recommended,
+    sockets, and its stateless streams do not run adaptively."""
+    from barrier_kafka.spark_settings import (STATELESS_AQE, UNIX_SOCKETS, missing_recommended,
                                               recommended_spark_conf)
 
     assert missing_recommended(spark) == []
+    if STATELESS_AQE in recommended_spark_conf():
+        assert spark.conf.get(STATELESS_AQE) == "false"
     wanted = recommended_spark_conf().get(UNIX_SOCKETS, "false")
     assert spark.sparkContext.getConf().get(UNIX_SOCKETS, "false") == wanted
     if wanted == "true":   # and a Python task really is connected over one

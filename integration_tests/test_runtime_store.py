@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import pytest
 
+from barrier_kafka.spark_settings import STATELESS_AQE
 from barrier_ops.examples.word_count import OUTPUT_SCHEMA, CountPerKey
 from barrier_ops.operator import keyed_process
 from barrier_ops.testing import make_script, reference_counts, write_script
 from integration_tests.operator_helpers import (assert_counted_like_the_script, final_counts,
                                                 script_stream)
+from kafka_harness.spark import sql_conf
 from state_backends.filesystem import FilesystemStateBackend
 
 MAXP = 8
@@ -155,3 +157,40 @@ def test_unpacked_output_and_calls_without_rows(script_spark, tmp_path):
     rows = script_spark.sql("select * from runtimes_tagged").collect()
     assert final_counts(rows) == dict(reference_counts(script))
     assert all(r.tags == {"seen": r["count"]} for r in rows if r.kind == "record")
+
+
+
+@pytest.mark.parametrize("stateless_aqe", ["recommended", "on"])
+def test_a_batch_is_one_spark_job_with_the_recommended_settings(script_spark, tmp_path,
+                                                              stateless_aqe):
+    """The operator on stateless ``applyInPandas`` shuffles its input. Spark 4.1+ runs a
+    stateless stream's shuffle adaptively: the shuffle's map stage as a job of its own, then the
+    rest of the batch re-planned and run as a second job, about 60 ms a batch on 2 cores
+    (docs/operations.md, "Adaptive execution of stateless streams"). The session the suite
+    builds has the library's recommended settings, which turn that off: each batch with input
+    is one job. A session that turns it back on for the query counts the same."""
+    script = make_script(29, partitions=2, records=40, checkpoints=2, batches=4, keys="abcdefg")
+    path = write_script(script, str(tmp_path / "script.json"))
+    out = keyed_process(script_stream(script_spark, path), "key", CountPerKey(), OUTPUT_SCHEMA,
+                        operator_id="counted", state_backend=f"file://{tmp_path}/state",
+                        max_parallelism=MAXP, parallelism=2, runtime_store="backend")
+    writer = (out.writeStream.format("memory").queryName(f"runtimes_aqe_{stateless_aqe}")
+              .option("checkpointLocation", str(tmp_path / "chk")).outputMode("append"))
+    if stateless_aqe == "on":   # the query copies the session's SQL settings at start()
+        with sql_conf(script_spark, STATELESS_AQE, "true"):
+            query = writer.start()
+    else:
+        query = writer.start()
+    try:
+        query.processAllAvailable()
+        batches = [p for p in query.recentProgress if p["numInputRows"]]
+        jobs = script_spark.sparkContext.statusTracker().getJobIdsForGroup(str(query.runId))
+    finally:
+        query.stop()
+    rows = script_spark.sql(f"select * from runtimes_aqe_{stateless_aqe}").collect()
+    assert final_counts(rows) == dict(reference_counts(script))
+    assert len(batches) == 4
+    if stateless_aqe == "recommended":
+        assert len(jobs) == len(batches), f"{len(jobs)} Spark jobs for {len(batches)} batches"
+    else:
+        assert len(jobs) >= len(batches)

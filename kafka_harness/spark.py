@@ -2,8 +2,38 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+
+
+def conf_pairs(pairs, flag: str = "--conf") -> dict:
+    """``KEY=VALUE`` command-line arguments (``flag``, repeatable) as a dict of Spark settings;
+    ``ValueError`` naming the argument and the expected form for one without a key or ``=``."""
+    conf = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{flag} {pair!r}: expected KEY=VALUE, e.g. {flag} "
+                             "spark.python.unix.domain.socket.enabled=true")
+        conf[key.strip()] = value.strip()
+    return conf
+
+
+@contextlib.contextmanager
+def sql_conf(spark, key: str, value: str):
+    """Within: the session ``spark``'s SQL setting ``key`` is ``value``; after, what it was
+    (unset again if it was). A streaming query copies the session's SQL settings when it
+    starts, so one started within keeps ``value`` for its life."""
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
 
 
 def cluster_conf(master: str) -> dict:

@@ -11,8 +11,8 @@ import pytest
 
 import barrier_kafka
 from barrier_kafka import spark_settings
-from barrier_kafka.spark_settings import (UNIX_SOCKETS, log_missing_once, missing_recommended,
-                                          recommended_spark_conf)
+from barrier_kafka.spark_settings import (AQE, STATELESS_AQE, UNIX_SOCKETS, log_missing_once,
+                                          missing_recommended, recommended_spark_conf)
 from benchmarks.bench_source import session_conf
 
 
@@ -33,9 +33,18 @@ class _Context:
 
 
 class _Session:
-    def __init__(self, version, **values):
+    """A session started with ``values``; its SQL settings (``spark.sql.*``) are those of them
+    and ``sql``, as ``spark.conf.set`` leaves them on a running session."""
+
+    def __init__(self, version, sql=None, **values):
         self.version = version
         self.sparkContext = _Context(values)
+        self.conf = _Conf({**{k: v for k, v in values.items() if k.startswith("spark.sql.")},
+                           **(sql or {})})
+
+
+#: every recommended setting of Spark 4.1+, as a session built with them has them
+ALL = {UNIX_SOCKETS: "true", STATELESS_AQE: "false"}
 
 
 class _ConnectSession:
@@ -48,7 +57,8 @@ class _ConnectSession:
 
 @pytest.mark.parametrize("version", ["4.1.0", "4.1.4", "4.2.1", "4.3.0", "4.3.0.dev1", "5.0.0"])
 def test_releases_with_unix_sockets_get_them(version):
-    assert recommended_spark_conf(version) == {UNIX_SOCKETS: "true"}
+    """... and adaptive execution of stateless streams off, which the same releases brought."""
+    assert recommended_spark_conf(version) == {UNIX_SOCKETS: "true", STATELESS_AQE: "false"}
 
 
 @pytest.mark.parametrize("version", ["3.5.3", "4.0.0", "4.0.5", "4.0.5rc1"])
@@ -63,14 +73,34 @@ def test_the_installed_pyspark_is_the_default():
     assert barrier_kafka.recommended_spark_conf is recommended_spark_conf
 
 
-def test_a_session_without_the_setting_misses_it():
-    assert missing_recommended(_Session("4.3.0")) == [UNIX_SOCKETS]
-    assert missing_recommended(_Session("4.3.0", **{UNIX_SOCKETS: "false"})) == [UNIX_SOCKETS]
+def test_a_session_without_the_settings_misses_them():
+    assert missing_recommended(_Session("4.3.0")) == [UNIX_SOCKETS, STATELESS_AQE]
+    assert missing_recommended(_Session("4.3.0", **{UNIX_SOCKETS: "false"})) == [
+        UNIX_SOCKETS, STATELESS_AQE]
+    assert missing_recommended(_Session("4.3.0", **{UNIX_SOCKETS: "true"})) == [STATELESS_AQE]
+    assert missing_recommended(_Session("4.3.0", **{STATELESS_AQE: "false"})) == [UNIX_SOCKETS]
 
 
-def test_a_session_with_the_setting_misses_nothing():
-    assert missing_recommended(_Session("4.3.0", **{UNIX_SOCKETS: "true"})) == []
-    assert missing_recommended(_Session("4.3.0", **{UNIX_SOCKETS: " TRUE "})) == []
+def test_a_session_with_the_settings_misses_nothing():
+    assert missing_recommended(_Session("4.3.0", **ALL)) == []
+    assert missing_recommended(_Session("4.3.0", **{UNIX_SOCKETS: " TRUE ",
+                                                    STATELESS_AQE: "False"})) == []
+
+
+def test_the_sql_setting_counts_as_the_session_has_it_now():
+    """Adaptive execution is a SQL setting: a query reads it at its start, so one set on the
+    running session (``spark.conf.set``) counts, and one unset there again does not."""
+    started_with = {UNIX_SOCKETS: "true", STATELESS_AQE: "false"}
+    assert missing_recommended(_Session("4.3.0", sql={STATELESS_AQE: "true"},
+                                        **started_with)) == [STATELESS_AQE]
+    assert missing_recommended(_Session("4.3.0", sql={STATELESS_AQE: "false"},
+                                        **{UNIX_SOCKETS: "true"})) == []
+
+
+def test_adaptive_execution_off_altogether_has_the_same_effect():
+    assert missing_recommended(_Session("4.3.0", **{UNIX_SOCKETS: "true", AQE: "false"})) == []
+    assert missing_recommended(_Session("4.3.0", **{UNIX_SOCKETS: "true", AQE: "true"})) == [
+        STATELESS_AQE]
 
 
 def test_an_older_release_misses_nothing():
@@ -90,13 +120,14 @@ def test_the_hint_is_logged_once_naming_the_setting(monkeypatch, caplog):
     assert len(hints) == 1
     assert hints[0].levelno == logging.INFO
     assert f"{UNIX_SOCKETS}=true" in hints[0].getMessage()
+    assert f"{STATELESS_AQE}=false" in hints[0].getMessage()
     assert "recommended_spark_conf()" in hints[0].getMessage()
 
 
 def test_no_hint_for_a_session_that_has_it(monkeypatch, caplog):
     monkeypatch.setattr(spark_settings, "_hinted", False)
     caplog.set_level(logging.INFO, logger="barrier_kafka.spark_settings")
-    log_missing_once(_Session("4.3.0", **{UNIX_SOCKETS: "true"}))
+    log_missing_once(_Session("4.3.0", **ALL))
     assert not [r for r in caplog.records if r.name == "barrier_kafka.spark_settings"]
 
 

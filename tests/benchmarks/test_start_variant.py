@@ -8,36 +8,70 @@ import argparse
 
 import pytest
 
+from barrier_kafka.spark_settings import STATELESS_AQE
 from benchmarks import bench_pipeline
 from benchmarks.bench_pipeline import (EXTRA_VARIANTS, SHUFFLE_PARTITIONS, VARIANTS,
                                        required_bootstrap, start_variant, variant_names)
 
 
+class _Conf:
+    """A session's SQL settings (``spark.conf``), as the recommended session has them."""
+
+    def __init__(self):
+        self.values = {STATELESS_AQE: "false"}
+
+    def get(self, key, default=None):
+        return self.values.get(key, default)
+
+    def set(self, key, value):
+        self.values[key] = value
+
+    def unset(self, key):
+        self.values.pop(key, None)
+
+
+class _Spark:
+    def __init__(self):
+        self.conf = _Conf()
+
+
+SPARK = _Spark()
+
+
 @pytest.fixture
 def started(monkeypatch):
+    """The pipelines started: (kind, args, keywords, the session's stateless-AQE setting)."""
     calls = []
-    monkeypatch.setattr(bench_pipeline, "start_native",
-                        lambda *a, **kw: calls.append(("native", a, kw)) or "q")
-    monkeypatch.setattr(bench_pipeline, "start_exactly_once",
-                        lambda *a, **kw: calls.append(("eo", a, kw)) or "q")
+
+    def start(kind):
+        return lambda *a, **kw: calls.append((kind, a, kw, SPARK.conf.get(STATELESS_AQE))) or "q"
+
+    monkeypatch.setattr(bench_pipeline, "start_native", start("native"))
+    monkeypatch.setattr(bench_pipeline, "start_exactly_once", start("eo"))
     return calls
 
 
 def _start(name, **kw):
-    return start_variant("spark", name, "bootstrap", "src", "out", "work", 10_000, **kw)
+    return start_variant(SPARK, name, "bootstrap", "src", "out", "work", 10_000, **kw)
 
 
 def test_native_starts_sparks_pipeline_with_the_trigger(started):
     assert _start("native", trigger_s=1.0) == "q"
-    assert started == [("native", ("spark", "bootstrap", "src", "out", "work", 10_000, 1.0), {})]
+    assert started == [("native", (SPARK, "bootstrap", "src", "out", "work", 10_000, 1.0), {},
+                        "false")]
 
 
 @pytest.mark.parametrize("name", [v for v in VARIANTS + EXTRA_VARIANTS if v != "native"])
 def test_every_exactly_once_name_sets_what_its_words_say(started, name):
     _start(name, max_parallelism=128, max_partitions=2, trigger_s=5.0)
-    (kind, args, kw), = started
+    (kind, args, kw, stateless_aqe), = started
     words = name.split()
     assert kind == "eo" and args[-1] == 10_000
+    assert kw["runtime_store"] == ("backend" if "runtimes" in words else "spark")
+    # started with stateless streams adaptive ("adaptive"), else with the session's setting,
+    # which the session has again after either
+    assert stateless_aqe == ("true" if "adaptive" in words else "false")
+    assert SPARK.conf.get(STATELESS_AQE) == "false"
     assert kw["per_key"] is ("per-key" in words)
     assert kw["lean"] is ("lean" in words)
     assert kw["packed"] is ("packed" in words)
