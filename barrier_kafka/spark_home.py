@@ -1,18 +1,19 @@
 """A Spark home whose Python workers import PySpark as bytecode (driver machine, before the
 SparkSession starts; ``python -m barrier_kafka.spark_home`` prints it).
 
-Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on every Python worker's path, and that
-zip holds only ``.py`` files. Python cannot cache bytecode for a zip, so every new Python worker
-process compiles the PySpark modules it imports, about half a second of CPU each. A Python data
+Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` and py4j's zip beside it first on every Python
+worker's path, and those zips hold only ``.py`` files. Python cannot cache bytecode for a zip, so
+every new Python worker process compiles the PySpark modules it imports, about half a second of
+CPU each, and py4j's, about 50 ms more. A Python data
 source starts several such workers on the driver at every query start (planning, the streaming
 source and the sink's commit runner), so a barrier-kafka query started about 0.6-0.9 s later
 than with PySpark imported as bytecode on 2 cores (``benchmarks/bench_pipeline.py
 --spark-home``).
 
 :func:`compiled_spark_home` builds, once per PySpark install and Python version, a folder that
-links every entry of the Spark home except ``python/lib/pyspark.zip``. In its place it puts a
-folder of that name holding the zip's files, extracted, with their bytecode beside them in
-``__pycache__``: Python imports from a folder on its path whatever the folder is called, and
+links every entry of the Spark home except ``python/lib/pyspark.zip`` and py4j's zip. In the
+place of each it puts a folder of that name holding the zip's files, extracted, with their
+bytecode beside them in ``__pycache__``: Python imports from a folder on its path whatever the folder is called, and
 caches bytecode there. Point ``SPARK_HOME`` at it before the session starts::
 
     os.environ["SPARK_HOME"] = str(barrier_kafka.compiled_spark_home())
@@ -54,11 +55,13 @@ from barrier_core.exceptions import BarrierKafkaError
 logger = logging.getLogger(__name__)
 
 _ZIP = ("python", "lib", "pyspark.zip")
+#: The other zips of ``python/lib`` Spark puts on a worker's path (py4j's, named by its version).
+_PY4J_ZIPS = "py4j-*.zip"
 #: File in a compiled home naming the Spark home it was built from and that home's zip.
 _SOURCE_FILE = "BARRIER_KAFKA_SOURCE.json"
 
 #: Part of every home's name: homes of an older layout (no source file) are never reused.
-_LAYOUT = b"compiled-spark-home-4"
+_LAYOUT = b"compiled-spark-home-5"
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -134,7 +137,9 @@ def compiled_spark_home(source: Optional[PathLike] = None,
     try:
         staging.chmod(0o755)
         _link_tree(source, staging)
-        _extract_compiled(source.joinpath(*_ZIP), staging.joinpath(*_ZIP), home.joinpath(*_ZIP))
+        for zip_path in _zips(source):
+            inner = zip_path.relative_to(source).parts
+            _extract_compiled(zip_path, staging.joinpath(*inner), home.joinpath(*inner))
         staging.joinpath(_SOURCE_FILE).write_text(json.dumps({"source": str(source), **stamp}))
         try:
             os.replace(staging, home)
@@ -203,10 +208,17 @@ def _version(source: Path) -> str:
     return "spark"
 
 
+def _zips(source: Path) -> list:
+    """The zips of ``source`` a compiled home holds extracted: ``pyspark.zip`` and py4j's."""
+    lib = source.joinpath(*_ZIP[:-1])
+    return [lib / _ZIP[-1]] + sorted(p for p in lib.glob(_PY4J_ZIPS) if p.is_file())
+
+
 def _link_tree(source: Path, target: Path) -> None:
     """Symlinks in ``target`` to every entry of ``source``, except the folders on the way to the
-    zip, which are real folders holding links to their other entries (the zip itself is left
-    out)."""
+    zips, which are real folders holding links to their other entries (the zips themselves are
+    left out)."""
+    extracted = {p.name for p in _zips(source)}
     for entry in source.iterdir():
         if entry.name == _ZIP[0]:
             continue
@@ -216,7 +228,7 @@ def _link_tree(source: Path, target: Path) -> None:
         inner_source, inner_target = inner_source / part, inner_target / part
         inner_target.mkdir()
         for entry in inner_source.iterdir():
-            if entry.name not in _ZIP:
+            if entry.name not in _ZIP and entry.name not in extracted:
                 os.symlink(entry, inner_target / entry.name)
 
 

@@ -1,7 +1,7 @@
-"""The compiled Spark home (barrier_kafka.spark_home): Python workers import PySpark as bytecode
-from pyspark.zip's files, extracted into a folder of that name with their bytecode cached; the
-home links everything else of its Spark home, is never offered half-built, follows PySpark
-upgrades, and a stale one is refused."""
+"""The compiled Spark home (barrier_kafka.spark_home): Python workers import PySpark and py4j as
+bytecode from their zips' files, extracted into folders of the zips' names with their bytecode
+cached; the home links everything else of its Spark home, is never offered half-built, follows
+PySpark upgrades, and a stale one is refused."""
 
 from __future__ import annotations
 
@@ -28,22 +28,29 @@ def test_the_session_workers_import_pyspark_as_bytecode(spark):
         import sys as worker_sys
 
         module = worker_sys.modules["pyspark.worker"]
-        yield module.__file__, module.__spec__.cached
+        gateway = worker_sys.modules["py4j.java_gateway"]   # py4j's bytecode, from its folder
+        yield (module.__file__, module.__spec__.cached,
+               gateway.__spec__.cached is not None and gateway.__file__.startswith(str(home)))
 
     files = set(spark.sparkContext.parallelize(range(2), 2).mapPartitions(where).collect())
     folder = home / "python" / "lib" / "pyspark.zip"
     tag = sys.implementation.cache_tag
     assert files == {(str(folder / "pyspark" / "worker.py"),
-                      str(folder / "pyspark" / "__pycache__" / f"worker.{tag}.pyc"))}
+                      str(folder / "pyspark" / "__pycache__" / f"worker.{tag}.pyc"),
+                      True)}
 
 
 def _fake_pyspark(root):
-    """A PySpark-shaped Spark home: jars, bin, python/lib with pyspark.zip and py4j's zip."""
+    """A PySpark-shaped Spark home: jars, bin, python/lib with pyspark.zip, py4j's zip and a
+    file that is neither."""
     for folder in ("jars", "bin", "python/lib", "python/pyspark"):
         os.makedirs(root / folder)
     (root / "jars" / "spark-core.jar").write_bytes(b"jar")
     (root / "version.py").write_text('__version__: str = "9.8.7"\n')
-    (root / "python" / "lib" / "py4j-src.zip").write_bytes(b"py4j")
+    (root / "python" / "lib" / "README").write_text("not a zip: linked")
+    with zipfile.ZipFile(root / "python" / "lib" / "py4j-0.1.2-src.zip", "w") as z:
+        z.writestr("py4j/__init__.py", b"")
+        z.writestr("py4j/java_gateway.py", b"GATEWAY = 'gw'\n")
     _write_zip(root, b"def value():\n    return 42\n")
     return root
 
@@ -70,8 +77,8 @@ def test_the_home_links_the_install_and_compiles_each_module(fake, tmp_path):
     assert home == spark_home.home_path() and home.is_dir()
     assert home.parent == tmp_path / "cache" / "spark-home" and home.name.startswith("9.8.7-")
     assert os.path.realpath(home / "jars") == str(fake / "jars")
-    assert os.path.realpath(home / "python" / "lib" / "py4j-src.zip") == \
-        str(fake / "python" / "lib" / "py4j-src.zip")
+    assert os.path.realpath(home / "python" / "lib" / "README") == \
+        str(fake / "python" / "lib" / "README")
     folder = home / "python" / "lib" / "pyspark.zip"
     assert folder.is_dir() and not folder.is_symlink()
     files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
@@ -87,6 +94,17 @@ def test_the_home_links_the_install_and_compiles_each_module(fake, tmp_path):
                          text=True, check=True).stdout.split()
     answer = f"{folder}/pyspark/answer.py"
     assert out == [answer, f"{folder}/pyspark/__pycache__/answer.{tag}.pyc", answer, "42"]
+    # py4j's zip, also on every worker's path, is a folder of its files and their bytecode too
+    py4j = home / "python" / "lib" / "py4j-0.1.2-src.zip"
+    assert py4j.is_dir() and not py4j.is_symlink()
+    assert sorted(str(p.relative_to(py4j)) for p in py4j.rglob("*") if p.is_file()) == [
+        "py4j/__init__.py", f"py4j/__pycache__/__init__.{tag}.pyc",
+        f"py4j/__pycache__/java_gateway.{tag}.pyc", "py4j/java_gateway.py"]
+    probe = ("import sys; sys.dont_write_bytecode = True; sys.path.insert(0, sys.argv[1]); "
+             "import py4j.java_gateway as g; print(g.__spec__.cached, g.GATEWAY)")
+    out = subprocess.run([sys.executable, "-c", probe, str(py4j)], capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out == [f"{py4j}/py4j/__pycache__/java_gateway.{tag}.pyc", "gw"]
     assert [p.name for p in home.parent.iterdir()] == [home.name]  # no staging folder left
     assert spark_home.compiled_spark_home() == home  # built once, then reused
 
