@@ -4,17 +4,16 @@ SparkSession starts; ``python -m barrier_kafka.spark_home`` prints it).
 Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` and py4j's zip beside it first on every Python
 worker's path, and those zips hold only ``.py`` files. Python cannot cache bytecode for a zip, so
 every new Python worker process compiles the PySpark modules it imports, about half a second of
-CPU each, and py4j's, about 50 ms more. A Python data
-source starts several such workers on the driver at every query start (planning, the streaming
-source and the sink's commit runner), so a barrier-kafka query started about 0.6-0.9 s later
-than with PySpark imported as bytecode on 2 cores (``benchmarks/bench_pipeline.py
---spark-home``).
+CPU each, and py4j's, about 50 ms more. A Python data source starts several such workers on the
+driver at every query start (planning, the streaming source and the sink's commit runner), so a
+barrier-kafka query started about 0.6-0.9 s later than with PySpark imported as bytecode on 2
+cores (``benchmarks/bench_pipeline.py --spark-home``).
 
 :func:`compiled_spark_home` builds, once per PySpark install and Python version, a folder that
 links every entry of the Spark home except ``python/lib/pyspark.zip`` and py4j's zip. In the
 place of each it puts a folder of that name holding the zip's files, extracted, with their
-bytecode beside them in ``__pycache__``: Python imports from a folder on its path whatever the folder is called, and
-caches bytecode there. Point ``SPARK_HOME`` at it before the session starts::
+bytecode beside them in ``__pycache__``: Python imports from a folder on its path whatever the
+folder is called, and caches bytecode there. Point ``SPARK_HOME`` at it before the session starts::
 
     os.environ["SPARK_HOME"] = str(barrier_kafka.compiled_spark_home())
     spark = SparkSession.builder.getOrCreate()

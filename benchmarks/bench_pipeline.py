@@ -31,26 +31,28 @@ holding the last input completed and its transactions committed). That moment is
 the topic's last stable offsets, polled every 20 ms during the run
 (:mod:`benchmarks.visibility`), and the output is read only after the run: reading it during the
 run would charge a pipeline that emits a row per record for its checker's CPU on the same two
-cores. Throughput = input records / seconds from query start to that moment. After one uncounted warm-up round, variants alternate within each
-round (A B C A B C ...); the table prints the best and the median per variant and the ratio of
-medians to ``native``, for the whole run and, as ``after start``, for the same runs counted from
-their first trigger: a query's start is a fixed cost per query (for a Python data source PySpark
-starts a fresh planner Python process before the first trigger, about 1.3 s here against 0.1 s for
-Spark's own source), which a 200,000-record run weighs far more than a query that runs for days.
-As ``steady``, the ratio of the batches after the first alone (:func:`median_ratio`): the
-throughput of a query past its start and its first batch (a run of one batch has none).
+cores. Throughput = input records / seconds from query start to that moment. After one uncounted
+warm-up round, variants alternate within each round (A B C A B C ...); the table prints the best
+and the median per variant and the ratio of medians to ``native``, for the whole run and, as
+``after start``, for the same runs counted from their first trigger: a query's start is a fixed
+cost per query (for a Python data source PySpark starts a fresh planner Python process before
+the first trigger, about 1.3 s here against 0.1 s for Spark's own source), which a
+200,000-record run weighs far more than a query that runs for days. As ``steady``, the ratio of
+the batches after the first alone (:func:`median_ratio`): the throughput of a query past its
+start and its first batch (a run of one batch has none).
 The session is built as the tests build theirs (:func:`kafka_harness.spark.build_spark`): with
 :func:`barrier_kafka.recommended_spark_conf`, so on Spark 4.1+ its Python workers talk to the JVM
-over Unix domain sockets; ``--conf KEY=VALUE`` sets any Spark setting, and the header of the
-tables says which sockets ran (``--conf spark.python.unix.domain.socket.enabled=false``: Spark's
-default TCP sockets). Four more tables split the last round: one batch's wall time by phase (:func:`attribute`), the
-whole run into query start, first batch, other batches and the wait until visible
-(:func:`run_split`), the CPU seconds each kind of process spent from the query's start to its
-last batch's end (:mod:`benchmarks.process_cpu`: the Spark JVM, with the share of its JIT
-compiler threads, PySpark's Python task workers, its driver-side Python workers, the broker, this
-process), and one batch's Spark job by stage
-with the Python time PySpark reports inside each, from Spark's event log
-(:mod:`benchmarks.stage_times`).
+over Unix domain sockets and its stateless streams do not run adaptively; ``--conf KEY=VALUE``
+sets any Spark setting, and the header of the tables says which ran (``--conf
+spark.python.unix.domain.socket.enabled=false``: Spark's default TCP sockets; the ``adaptive``
+variants start one query with adaptive execution of stateless streams on). Four more tables
+split the last round: one batch's wall time by phase (:func:`attribute`), the whole run into
+query start, first batch, other batches and the wait until visible (:func:`run_split`), the CPU
+seconds each kind of process spent from the query's start to its last batch's end
+(:mod:`benchmarks.process_cpu`: the Spark JVM, with the share of its JIT compiler threads,
+PySpark's Python task workers, its driver-side Python workers, the broker, this process), and
+one batch's Spark job by stage with the Python time PySpark reports inside each, from Spark's
+event log (:mod:`benchmarks.stage_times`).
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ from barrier_kafka.spark_settings import UNIX_SOCKETS  # noqa: E402
 from barrier_ops.function import KeyedProcessFunction  # noqa: E402
 from benchmarks.bench_sink import make_topic  # noqa: E402
 from benchmarks.bench_source import (add_conf_argument, add_spark_home_argument,  # noqa: E402
-                                     python_sockets, session_conf, spark_with_kafka_connector,
+                                     session_settings, session_conf, spark_with_kafka_connector,
                                      use_spark_home)
 from benchmarks import process_cpu  # noqa: E402
 from benchmarks.stage_times import (COLUMNS as STAGE_COLUMNS, PYTHON_TIME,  # noqa: E402
@@ -453,7 +455,7 @@ def main() -> int:
     spark = spark_with_kafka_connector("bench-pipeline", shuffle_partitions=SHUFFLE_PARTITIONS,
                                        **event_log_conf(event_dir),
                                        **session_conf(parser, args.conf))
-    sockets = python_sockets(spark)
+    settings = session_settings(spark)
     event_log = EventLogTail(event_dir)
     max_partitions = (spark.sparkContext.defaultParallelism if args.max_partitions < 0
                       else args.max_partitions)
@@ -495,7 +497,7 @@ def main() -> int:
           "barrier-kafka maxPartitions "
           f"{max_partitions or 'unset'}; "
           f"{args.spark_home} Spark home; "
-          f"{sockets}; "
+          f"{settings}; "
           + "".join(f"{pair}; " for pair in args.conf if not pair.startswith(UNIX_SOCKETS))
           + f"load average {os.getloadavg()[0]:.1f}")
     print("'vs native' compares whole runs (query start to the last count visible); "

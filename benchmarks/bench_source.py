@@ -111,7 +111,7 @@ def session_conf(parser, pairs) -> dict:
         parser.error(str(exc))
 
 
-def python_sockets(spark) -> str:
+def session_settings(spark) -> str:
     """The session's settings of :func:`barrier_kafka.recommended_spark_conf`, for a benchmark's
     header: how its Python workers talk to the JVM, and whether it runs stateless streams
     adaptively (as the next query started will, Spark 4.1+)."""
@@ -294,7 +294,7 @@ def main() -> int:
           f"{time.perf_counter() - t0:.1f}s", flush=True)
 
     spark = spark_with_kafka_connector("bench-source", **session_conf(parser, args.conf))
-    sockets = python_sockets(spark)
+    settings = session_settings(spark)
     cores = spark.sparkContext.defaultParallelism
     common = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic,
               "startingOffsets": "earliest",
@@ -339,7 +339,7 @@ def main() -> int:
         admin.delete_topics([topic])
         admin.close()
     print_table(args.records, times, loads,
-                f"{args.spark_home} Spark home, {cores} cores, {sockets}")
+                f"{args.spark_home} Spark home, {cores} cores, {settings}")
     return 0
 
 

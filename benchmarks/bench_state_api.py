@@ -51,7 +51,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.bench_pipeline import state_store_ms  # noqa: E402
-from benchmarks.bench_source import add_conf_argument, python_sockets, session_conf  # noqa: E402
+from benchmarks.bench_source import add_conf_argument, session_settings, session_conf  # noqa: E402
 
 HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -295,7 +295,7 @@ def main() -> int:
              .config("spark.ui.enabled", "false")
              .config(map=dict(recommended_spark_conf(), **session_conf(parser, args.conf)))
              .getOrCreate())
-    sockets = python_sockets(spark)
+    settings = session_settings(spark)
     spark.sparkContext.setLogLevel("ERROR")
     results = {name: [] for name in chosen}
     for round_no in range(args.warmup + args.rounds):
@@ -307,7 +307,7 @@ def main() -> int:
                 results[name].append(res)
     print(f"\n{args.records} records a batch, {args.keys} keys, {args.key_groups} key groups, "
           f"{args.batches - 1} batches a run, {args.rounds} alternated rounds after {args.warmup} "
-          f"warm-up round(s); {sockets}; "
+          f"warm-up round(s); {settings}; "
           f"medians of the rounds' medians; load average {os.getloadavg()[0]:.1f}")
     print(f"{'variant':<40} {'batch ms':>9} {'update ms':>10} {'commit ms':>10} "
           f"{'batch vs count()':>17}")
