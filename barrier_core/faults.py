@@ -20,15 +20,22 @@ Environment of a pipeline process (its Spark workers inherit it):
 ``BARRIER_KAFKA_DELAY_AT=<point>:<n>:<seconds>``
     The n-th arrival at ``point`` sleeps that long once (a slow task attempt: Spark launches a
     speculative copy of it on a cluster with ``spark.speculation``).
+``BARRIER_KAFKA_FAULT_FIRST_ATTEMPTS=1``
+    In Spark tasks only first attempts (attempt number 0) count and fire: a retry or a
+    speculative copy passes through. Each armed arrival is then a task of its own, so a test
+    that fails one task and slows another knows which attempts won (a cluster with
+    ``spark.speculation`` launches copies of healthy tasks too).
 ``BARRIER_KAFKA_CRASH_DIR=<dir>``
     Where arrivals are counted across processes (``O_EXCL`` marker files) and where the
-    ``crashed`` / ``failed-<point>`` marker is written, so that each fault fires once and the
-    restarted pipeline runs through.
+    ``crashed`` / ``failed-<point>`` / ``delayed-<point>`` marker is written, so that each fault
+    fires once and the restarted pipeline runs through. A marker holds the point and, in a
+    Spark task, the task it fired in (:func:`fired`).
 """
 
 from __future__ import annotations
 
 import enum
+import json
 import os
 import signal
 import time
@@ -40,6 +47,7 @@ FAIL_AT = "BARRIER_KAFKA_FAIL_AT"
 DELAY_AT = "BARRIER_KAFKA_DELAY_AT"
 CRASH_DIR = "BARRIER_KAFKA_CRASH_DIR"
 CRASH_PGID = "BARRIER_KAFKA_CRASH_PGID"
+FIRST_ATTEMPTS = "BARRIER_KAFKA_FAULT_FIRST_ATTEMPTS"
 
 
 class FaultPoint(str, enum.Enum):
@@ -99,11 +107,33 @@ def _nth_arrival(crash_dir: str, tag: str, wanted: int) -> bool:
     return False
 
 
-def _mark(path: str, text: str) -> None:
+def _spark_task() -> Optional[dict]:
+    """The running Spark task (executor): its micro-batch (None outside a stream), partition
+    and attempt number; None outside a task (the driver, a unit test)."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:
+        return None
+    ctx = TaskContext.get()
+    if ctx is None:
+        return None
+    batch = ctx.getLocalProperty("streaming.sql.batchId")
+    return {"batch": None if batch is None else int(batch), "partition": ctx.partitionId(),
+            "attempt": ctx.attemptNumber()}
+
+
+def _mark(path: str, point: FaultPoint, task: Optional[dict]) -> None:
     with open(path, "w") as f:
-        f.write(text)
+        json.dump({"point": point.value, "task": task}, f)
         f.flush()
         os.fsync(f.fileno())
+
+
+def fired(crash_dir: str, marker: str) -> dict:
+    """What a marker (``crashed``, ``failed-<point>``, ``delayed-<point>``) records: ``point``
+    and ``task`` (``batch``, ``partition``, ``attempt``; None when it fired outside a task)."""
+    with open(os.path.join(crash_dir, marker)) as f:
+        return json.load(f)
 
 
 def _fires(variable: str, point: FaultPoint, tag: str) -> Optional[str]:
@@ -120,17 +150,20 @@ def fault_point(point: FaultPoint) -> None:
     is armed (see the module docstring)."""
     if os.environ.get(SWITCH) != "1":
         return
+    task = _spark_task()
+    if task is not None and task["attempt"] > 0 and os.environ.get(FIRST_ATTEMPTS) == "1":
+        return
     crash_dir = os.environ.get(CRASH_DIR, "")
     if not os.path.exists(os.path.join(crash_dir, "crashed")) and \
             _fires(CRASH_AT, point, point.value):
-        _mark(os.path.join(crash_dir, "crashed"), point.value)
+        _mark(os.path.join(crash_dir, "crashed"), point, task)
         _kill_pipeline()
     if _fires(DELAY_AT, point, f"delay-{point.value}"):
-        _mark(os.path.join(crash_dir, f"delayed-{point.value}"), point.value)
+        _mark(os.path.join(crash_dir, f"delayed-{point.value}"), point, task)
         time.sleep(float(os.environ[DELAY_AT].split(":")[2]))
     marker = os.path.join(crash_dir, f"failed-{point.value}")
     if not os.path.exists(marker) and _fires(FAIL_AT, point, f"fail-{point.value}"):
-        _mark(marker, point.value)
+        _mark(marker, point, task)
         raise InjectedFailure(f"injected failure at {point.value}")
 
 
@@ -157,13 +190,16 @@ def record_pipeline_group() -> None:
 def without_faults(environ) -> dict:
     """A copy of ``environ`` with no fault armed (a launcher arms what it wants on top)."""
     return {k: v for k, v in environ.items()
-            if k not in (SWITCH, CRASH_AT, FAIL_AT, DELAY_AT, CRASH_PGID)}
+            if k not in (SWITCH, CRASH_AT, FAIL_AT, DELAY_AT, CRASH_PGID, FIRST_ATTEMPTS)}
 
 
 def fault_env(crash_dir: str, crash_at: Optional[str] = None,
-              fail_at: Optional[str] = None, delay_at: Optional[str] = None) -> dict:
+              fail_at: Optional[str] = None, delay_at: Optional[str] = None,
+              first_attempts: bool = False) -> dict:
     """The environment variables that arm faults (tests and the demo)."""
     env = {SWITCH: "1", CRASH_DIR: crash_dir}
+    if first_attempts:
+        env[FIRST_ATTEMPTS] = "1"
     if delay_at:
         env[DELAY_AT] = delay_at
     if crash_at:

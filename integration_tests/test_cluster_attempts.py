@@ -2,12 +2,16 @@
 workers started from the PySpark install), not ``local[2]``: the behaviour depends on separate
 executors.
 
-The exactly-once pipeline runs with ``spark.speculation`` on; one sink task attempt is made slow
-(a test-only delay at ``task_write``), so Spark launches a speculative copy on the other executor,
-and another attempt raises once, so Spark retries it. Afterwards: every expected output exactly
-once in ``read_committed`` output, no transaction of the sink left open (the losers' were aborted
-by the driver), group offsets at the last completed checkpoint, and the batch records show that
-a non-first attempt's transactions were the ones committed.
+The exactly-once pipeline runs with ``spark.speculation`` on; one sink task's first attempt is
+made slow (a test-only delay at ``task_write``), so Spark launches a speculative copy on the other
+executor, and another task's first attempt raises once, so Spark retries it. Afterwards: every
+expected output exactly once in ``read_committed`` output, no transaction of the sink left open
+(the losers' were aborted by the driver), group offsets at the last completed checkpoint, and the
+batch records show that in both tasks a later attempt's transactions were the ones committed.
+
+The faults fire in first attempts only (``first_attempts``): with eager speculation Spark also
+copies healthy tasks, and a fault counted in such a copy (or in the retry) would slow or fail an
+attempt that does not decide its task.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import uuid
 
 import pytest
 
-from barrier_core.faults import fault_env
+from barrier_core.faults import fault_env, fired
 from integration_tests.pipeline_support import (PACKED_SOURCE, RECOMMENDED_OPERATOR,
                                                 RUNTIMES_IN_BACKEND, assert_exactly_once,
                                                 produce_input, run_notebook_process,
@@ -38,16 +42,21 @@ def cluster(tmp_path_factory):
         yield c
 
 
-def _non_first_winners(workdir: str) -> set:
-    """(batch, task) slots whose committed transaction came from an attempt other than 0."""
-    out = set()
+def _winning_attempts(workdir: str) -> dict:
+    """``{(batch, task): attempt}``: the attempt whose transactions each task committed."""
+    out = {}
     for path in glob.glob(os.path.join(workdir, "storage", "sink", "batch-*.json")):
         with open(path) as f:
             for h in json.load(f)["handles"]:
                 attempt = int(h["transactional_id"].rsplit("-a", 1)[1].split("-")[0])
-                if attempt > 0:
-                    out.add((h["batch_id"], h["partition_id"]))
+                out[(h["batch_id"], h["partition_id"])] = attempt
     return out
+
+
+def _task_of(crash_dir: str, marker: str) -> tuple:
+    task = fired(crash_dir, marker)["task"]
+    assert task is not None and task["attempt"] == 0, task
+    return task["batch"], task["partition"]
 
 
 #: The operator's layouts the attempts run in: ``keyed_process``'s defaults (one call a key
@@ -71,16 +80,20 @@ def test_retried_and_speculative_attempts_on_a_standalone_cluster(cluster, boots
     workdir = str(tmp_path)
     group, prefix = f"eo-cl-{uuid.uuid4().hex[:6]}", f"eo-cl-{uuid.uuid4().hex[:6]}"
     crash_dir = os.path.join(workdir, "faults")
-    env = fault_env(crash_dir, fail_at="task_write:3", delay_at="task_write:7:12")
+    env = fault_env(crash_dir, fail_at="task_write:3", delay_at="task_write:7:30",
+                    first_attempts=True)
     rc = run_pipeline(bootstrap, topic, output, workdir, group, prefix, env,
                       max_offsets_per_trigger=3_000,
                       extra_args=["--master", cluster.url, "--speculation"] + LAYOUTS[layout])
     assert rc == 0, f"pipeline on the cluster failed (exit {rc}); see {workdir}/run.log"
     assert os.path.exists(os.path.join(crash_dir, "failed-task_write")), "no task failed"
     assert os.path.exists(os.path.join(crash_dir, "delayed-task_write")), "no task was slow"
-    # Only a retry or a speculative copy has an attempt number above 0: the failed task's
-    # retry and the slow task's speculative copy each won a slot.
-    assert len(_non_first_winners(workdir)) >= 2, _non_first_winners(workdir)
+    failed, slow = _task_of(crash_dir, "failed-task_write"), _task_of(crash_dir,
+                                                                     "delayed-task_write")
+    winners = _winning_attempts(workdir)
+    # Only a retry or a speculative copy has an attempt number above 0.
+    assert winners[failed] > 0, f"the failed task {failed} committed attempt 0: {winners}"
+    assert winners[slow] > 0, f"the slow task {slow}'s speculative copy lost: {winners}"
     assert_exactly_once(bootstrap, topic, output, workdir, group, prefix, RECORDS)
 
 
