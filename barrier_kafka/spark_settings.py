@@ -75,6 +75,12 @@ def _release(version: str) -> Tuple[int, int]:
     return parts[0], parts[1]
 
 
+def _settings(spark_version: str) -> List[_Setting]:
+    """The settings that exist in ``spark_version``."""
+    release = _release(spark_version)
+    return [s for s in _SETTINGS if release >= s.since]
+
+
 def recommended_spark_conf(spark_version: Optional[str] = None) -> Dict[str, str]:
     """The session settings this library recommends for ``spark_version`` (PySpark's own version
     when not given), to pass when building the session::
@@ -87,8 +93,7 @@ def recommended_spark_conf(spark_version: Optional[str] = None) -> Dict[str, str
         import pyspark
 
         spark_version = pyspark.__version__
-    release = _release(spark_version)
-    return {s.key: s.value for s in _SETTINGS if release >= s.since}
+    return {s.key: s.value for s in _settings(spark_version)}
 
 
 def missing_recommended(spark) -> List[str]:
@@ -107,11 +112,8 @@ def _missing(spark) -> Dict[str, str]:
         version = spark.version
     except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext on the client
         return {}
-    release = _release(version)
     missing = {}
-    for setting in _SETTINGS:
-        if release < setting.since:
-            continue
+    for setting in _settings(version):
         conf = spark.conf if setting.sql else context_conf
         if _has(conf, setting.key, setting.value, setting.default):
             continue

@@ -159,7 +159,6 @@ def test_unpacked_output_and_calls_without_rows(script_spark, tmp_path):
     assert all(r.tags == {"seen": r["count"]} for r in rows if r.kind == "record")
 
 
-
 @pytest.mark.parametrize("stateless_aqe", ["recommended", "on"])
 def test_a_batch_is_one_spark_job_with_the_recommended_settings(script_spark, tmp_path,
                                                               stateless_aqe):
