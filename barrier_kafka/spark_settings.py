@@ -98,26 +98,35 @@ def recommended_spark_conf(spark_version: Optional[str] = None) -> Dict[str, str
 
 def missing_recommended(spark) -> List[str]:
     """The names of :func:`recommended_spark_conf` that the session ``spark`` does not have at
-    their recommended value; empty where the session's settings cannot be read (a Spark Connect
-    client: the server's settings apply). Runs on the driver."""
+    their recommended value. Runs on the driver (or a Spark Connect client: the server's
+    settings, read through ``spark.conf``)."""
     return list(_missing(spark))
 
 
 def _missing(spark) -> Dict[str, str]:
     """The recommended settings ``spark`` lacks, each with its recommended value: a SQL setting
     as the session has it now (what the next query started will run with), the others as the
-    SparkContext was started with."""
+    SparkContext was started with. A Spark Connect client has no SparkContext: there every
+    setting is read from the server's session (``spark.conf``, which holds the settings the
+    server started with); one the server will not show (Databricks serverless limits which
+    settings a client may read) is not reported."""
+    try:
+        version = spark.version
+    except Exception:  # noqa: BLE001 - nothing to compare against
+        return {}
     try:
         context_conf = spark.sparkContext.getConf()
-        version = spark.version
     except Exception:  # noqa: BLE001 - Spark Connect has no SparkContext on the client
-        return {}
+        context_conf = spark.conf
     missing = {}
     for setting in _settings(version):
         conf = spark.conf if setting.sql else context_conf
-        if _has(conf, setting.key, setting.value, setting.default):
-            continue
-        if setting.implied_by is not None and _has(spark.conf, *setting.implied_by):
+        try:
+            if _has(conf, setting.key, setting.value, setting.default):
+                continue
+            if setting.implied_by is not None and _has(spark.conf, *setting.implied_by):
+                continue
+        except Exception:  # noqa: BLE001 - a setting the server does not let a client read
             continue
         missing[setting.key] = setting.value
     return missing

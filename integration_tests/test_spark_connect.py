@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from barrier_kafka.spark_settings import (STATELESS_AQE, missing_recommended,
+                                          recommended_spark_conf)
 from integration_tests.pipeline_support import run_notebook_process
 from integration_tests.test_notebooks import CHECKS, NOTEBOOK_DIR
 from kafka_harness.spark_connect import SparkConnectServer
@@ -26,3 +28,19 @@ def test_exactly_once_notebook_through_spark_connect(connect_server, bootstrap, 
     notebook = NOTEBOOK_DIR / "02_exactly_once_kafka.py"
     result = run_notebook_process(notebook, connect_server.url, bootstrap, str(tmp_path))
     CHECKS[notebook.stem](result)
+
+
+def test_a_client_reads_the_servers_recommended_settings(connect_server):
+    """``register``'s settings hint on a Connect client, which has no SparkContext: the server
+    started with ``recommended_spark_conf()`` (``kafka_harness.spark_connect``) and the client
+    finds none missing; a SQL setting the client changes for its session is found."""
+    from pyspark.sql import SparkSession
+
+    client = SparkSession.builder.remote(connect_server.url).create()
+    try:
+        assert missing_recommended(client) == []
+        client.conf.set(STATELESS_AQE, "true")
+        assert missing_recommended(client) == (
+            [STATELESS_AQE] if STATELESS_AQE in recommended_spark_conf() else [])
+    finally:
+        client.stop()

@@ -47,8 +47,26 @@ class _Session:
 ALL = {UNIX_SOCKETS: "true", STATELESS_AQE: "false"}
 
 
+class _ServerConf(_Conf):
+    """``spark.conf`` of a Spark Connect client: the server session's settings, which hold the
+    ones the server started with; ``hidden`` ones raise, as Databricks serverless answers a
+    setting a client may not read."""
+
+    def __init__(self, values, hidden=()):
+        super().__init__(values)
+        self._hidden = hidden
+
+    def get(self, key, default=None):
+        if key in self._hidden:
+            raise RuntimeError(f"[CONFIG_NOT_AVAILABLE] Configuration {key} is not available.")
+        return super().get(key, default)
+
+
 class _ConnectSession:
     version = "4.1.4"
+
+    def __init__(self, hidden=(), **server_values):
+        self.conf = _ServerConf(server_values, hidden)
 
     @property
     def sparkContext(self):
@@ -107,8 +125,19 @@ def test_an_older_release_misses_nothing():
     assert missing_recommended(_Session("4.0.5")) == []
 
 
-def test_a_spark_connect_client_misses_nothing():
-    assert missing_recommended(_ConnectSession()) == []
+def test_a_spark_connect_client_reads_the_servers_settings():
+    """A Connect client (Databricks shared and serverless compute) has no SparkContext; the
+    server's session shows both settings (checked against a real server started by
+    ``kafka_harness.spark_connect``: ``spark.conf.get`` returned the values it started with)."""
+    assert missing_recommended(_ConnectSession()) == [UNIX_SOCKETS, STATELESS_AQE]
+    assert missing_recommended(_ConnectSession(**ALL)) == []
+    assert missing_recommended(_ConnectSession(**{UNIX_SOCKETS: "true"})) == [STATELESS_AQE]
+    assert missing_recommended(_ConnectSession(**{UNIX_SOCKETS: "true", AQE: "false"})) == []
+
+
+def test_a_setting_the_server_will_not_show_is_not_reported():
+    assert missing_recommended(_ConnectSession(hidden=(UNIX_SOCKETS,))) == [STATELESS_AQE]
+    assert missing_recommended(_ConnectSession(hidden=(UNIX_SOCKETS, STATELESS_AQE))) == []
 
 
 def test_the_hint_is_logged_once_naming_the_setting(monkeypatch, caplog):
