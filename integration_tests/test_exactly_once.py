@@ -4,7 +4,8 @@ as one process group) at each step of the checkpoint protocol, restarted from th
 checkpoint location, and its ``read_committed`` output is checked record by record: every
 expected output exactly once, consumer-group offsets equal to the last completed checkpoint,
 no transaction left open. The same pipeline ending in the Parquet file sink is killed the same
-way and its published files are checked the same way.
+way and its published files are checked the same way, at the steps where the file sink's own
+code or files differ (``FILES_SINK_CRASH_POINTS``; every step with ``BARRIER_KAFKA_SLOW=1``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,18 @@ CRASH_POINTS = [
     (FaultPoint.BEFORE_OFFSET_COMMIT, 2),
 ]
 
+#: The steps of ``CRASH_POINTS`` after which the file sink's state differs: its tasks' files
+#: staged or not, pre-committed or not, the batch recorded by the driver (its replay aborts the
+#: record's files) or not, some or all of a checkpoint's files published. A kill at the others
+#: leaves it as one of these does (the keyed operator's snapshot: no file staged; the driver's
+#: commit before the batch record: as after the pre-commit; the group offsets: every file
+#: published), and the Kafka sink's chain kills there. ``BARRIER_KAFKA_SLOW=1`` kills the file
+#: sink at every step.
+FILES_SINK_CRASH_POINTS = [p for p, _ in CRASH_POINTS] if os.environ.get("BARRIER_KAFKA_SLOW") \
+    else [FaultPoint.TASK_WRITE, FaultPoint.AFTER_PRECOMMIT, FaultPoint.COMMIT_BEFORE_METADATA,
+          FaultPoint.COMMIT_AFTER_METADATA, FaultPoint.COMMIT_MID_TRANSACTIONS,
+          FaultPoint.AFTER_TRANSACTIONS]
+
 
 @pytest.fixture(scope="module")
 def input_topic(kafka_admin, bootstrap):
@@ -58,17 +71,19 @@ def _kill_chain(workdir: str, points) -> list:
 def test_sigkill_at_every_protocol_step_in_one_run(sink, bootstrap, input_topic, topic_factory,
                                                    tmp_path):
     """One pipeline, killed at every protocol step in turn (each restart dies at the next
-    step), then run to the end: after every kill the committed output (read_committed for the
-    Kafka sink, the published files for the file sink) is a duplicate-free prefix, and at the
-    end every expected record is there exactly once. The Kafka-sink run reads its four input
-    partitions in two tasks a batch (maxPartitions=2), the file-sink run in four."""
+    step; the file sink at ``FILES_SINK_CRASH_POINTS``), then run to the end: after every kill
+    the committed output (read_committed for the Kafka sink, the published files for the file
+    sink) is a duplicate-free prefix, and at the end every expected record is there exactly
+    once. The Kafka-sink run reads its four input partitions in two tasks a batch
+    (maxPartitions=2), the file-sink run in four."""
     output = topic_factory(2, prefix=f"eo_out_chain_{sink}")
     output_path = str(tmp_path / "files-out") if sink == "files" else None
     workdir = str(tmp_path)
     group, prefix = f"eo-chain-{uuid.uuid4().hex[:6]}", f"eo-chain-{uuid.uuid4().hex[:6]}"
     packing = ("--source-option", "maxPartitions=2") if sink == "kafka" else ()
+    points = [point for point, _ in CRASH_POINTS] if sink == "kafka" else FILES_SINK_CRASH_POINTS
     run_fault_chain(bootstrap, input_topic, output, workdir, group, prefix, RECORDS,
-                    _kill_chain(workdir, [point for point, _ in CRASH_POINTS]), 8_000,
+                    _kill_chain(workdir, points), 8_000,
                     output_path, extra_args=packing)
 
 

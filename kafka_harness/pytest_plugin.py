@@ -27,6 +27,7 @@ from kafka_harness.topics import create_topic
 
 
 _SUMMARY_LINES: list = []  # lines for the terminal summary (fixture output is captured)
+_STARTED: list = []  # the controller's session start (time.monotonic())
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -50,6 +51,7 @@ def pytest_sessionstart(session):
 
     if _is_worker(session.config):
         return
+    _STARTED.append(time.monotonic())
 
     compile_library()
     if not os.environ.get("SPARK_HOME"):
@@ -83,9 +85,15 @@ def pytest_sessionfinish(session):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error):
-    """The controller prints each finished worker's summary lines, naming the worker."""
+    """The controller prints each finished worker's summary lines, naming the worker, and when
+    it finished: two workers that end far apart mean a long test file ran last on one."""
+    import time
+
     for line in getattr(node, "workeroutput", {}).get("kafka_harness_summary", ()):
         _SUMMARY_LINES.append(f"{line} ({node.gateway.id})")
+    if _STARTED:
+        _SUMMARY_LINES.append(f"[kafka-harness] worker {node.gateway.id} finished "
+                              f"{time.monotonic() - _STARTED[0]:.0f}s after the session started")
 
 
 class ExternalBroker:
