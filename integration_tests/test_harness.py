@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.structs import OffsetAndMetadata
 
 from kafka_harness.broker import BrokerStartError, KafkaBroker, free_port
 
@@ -217,3 +218,29 @@ def _socket_families():
         except OSError:
             continue
     return sorted(families)
+
+
+def test_the_witness_tools_share_a_class_archive_and_survive_a_broken_one(bootstrap, tmp_topic,
+                                                                          tmp_path, monkeypatch):
+    """Kafka's tools start in a new JVM at every call (``kafka_harness.tools.run_tool``): the
+    first call writes a class archive, later calls map it and report the same, and an archive
+    that is not one (a torn copy) costs only speed."""
+    from kafka_harness import tools
+
+    monkeypatch.setattr(tools, "cache_root", lambda: tmp_path)
+    group = "g-" + uuid.uuid4().hex[:6]
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
+                             enable_auto_commit=False)
+    try:
+        consumer.commit({TopicPartition(tmp_topic, 0): OffsetAndMetadata(7, None, -1)})
+    finally:
+        consumer.close()
+    assert tools.group_offsets(bootstrap, group) == {tmp_topic: {0: 7}}
+    archives = list((tmp_path / "jvm").glob("kafka-tools-*.jsa"))
+    assert len(archives) == 1 and archives[0].stat().st_size > 0, archives
+    assert list((tmp_path / "jvm").glob("*.staging")) == []
+    assert tools.group_offsets(bootstrap, group) == {tmp_topic: {0: 7}}   # mapped now
+    assert isinstance(tools.open_transactions(bootstrap), list)
+    archives[0].chmod(0o644)
+    archives[0].write_bytes(b"not a class archive")
+    assert tools.group_offsets(bootstrap, group) == {tmp_topic: {0: 7}}

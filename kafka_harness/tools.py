@@ -8,18 +8,57 @@ completed checkpoint". Every call is bounded by a timeout and fails with the too
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import subprocess
+import tempfile
+from pathlib import Path
 from typing import Dict, List
 
-from kafka_harness.jars import fetch_broker_jars, require_java
+from kafka_harness.jars import cache_root, fetch_broker_jars, require_java
+
+# JVM unified logging of class data sharing off (a class the archive cannot hold is expected).
+_QUIET = ["-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
+
+
+def _archive_path(java: str, jars: str) -> Path:
+    """The tools' class archive for this JDK and these broker jars (it may not exist yet)."""
+    digest = hashlib.sha256(os.path.realpath(java).encode())
+    for name in sorted(os.listdir(jars)):
+        digest.update(name.encode())
+    return cache_root() / "jvm" / f"kafka-tools-{digest.hexdigest()[:16]}.jsa"
 
 
 def run_tool(main_class: str, *args: str, timeout_s: float = 300.0) -> str:
-    """Run one Kafka tool class; its standard output, or an error naming the tool's output."""
-    out = subprocess.run([require_java(), "-Xmx256m", "-cp", f"{fetch_broker_jars()}/*",
-                          main_class, *args], capture_output=True, text=True,
-                         timeout=timeout_s)
+    """Run one Kafka tool class; its standard output, or an error naming the tool's output.
+
+    The suite runs the witness tools after every fault test, each in a new JVM. The JVM maps a
+    class archive of the tools (a JDK 13+ dynamic archive, written by the first call that finds
+    none: to a staging name, renamed into place once that JVM exited cleanly), which halves its
+    start. A stale or unusable archive only costs speed (``-Xshare:auto``); the tool's output
+    is the same."""
+    java, jars = require_java(), fetch_broker_jars()
+    archive = _archive_path(java, str(jars))
+    staging = None
+    if archive.is_file():
+        share = [f"-XX:SharedArchiveFile={archive}"]
+    else:
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        fd, staging = tempfile.mkstemp(prefix=archive.stem + "-", suffix=".staging",
+                                       dir=str(archive.parent))
+        os.close(fd)
+        os.unlink(staging)  # the JVM creates it at exit
+        share = [f"-XX:ArchiveClassesAtExit={staging}"]
+    try:
+        out = subprocess.run([java, "-Xmx256m", "-XX:TieredStopAtLevel=1", *share, *_QUIET,
+                              "-cp", f"{jars}/*", main_class, *args], capture_output=True,
+                             text=True, timeout=timeout_s)
+        if staging is not None and out.returncode == 0 and os.path.isfile(staging):
+            os.replace(staging, archive)
+    finally:
+        if staging is not None and os.path.exists(staging):
+            os.unlink(staging)
     if out.returncode != 0:
         raise RuntimeError(f"{main_class} {' '.join(args)} exited {out.returncode}:\n"
                            f"{(out.stdout + out.stderr)[-3000:]}")
