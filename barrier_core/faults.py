@@ -28,8 +28,8 @@ Environment of a pipeline process (its Spark workers inherit it):
 ``BARRIER_KAFKA_CRASH_DIR=<dir>``
     Where arrivals are counted across processes (``O_EXCL`` marker files) and where the
     ``crashed`` / ``failed-<point>`` / ``delayed-<point>`` marker is written, so that each fault
-    fires once and the restarted pipeline runs through. A marker holds the point and, in a
-    Spark task, the task it fired in (:func:`fired`).
+    fires once and the restarted pipeline runs through. A marker holds the point, the process
+    and, in a Spark task, the task it fired in (:func:`fired`).
 """
 
 from __future__ import annotations
@@ -108,8 +108,10 @@ def _nth_arrival(crash_dir: str, tag: str, wanted: int) -> bool:
 
 
 def _spark_task() -> Optional[dict]:
-    """The running Spark task (executor): its micro-batch (None outside a stream), partition
-    and attempt number; None outside a task (the driver, a unit test)."""
+    """The running Spark task (executor): its micro-batch (None outside a stream), partition,
+    attempt number and Spark's task attempt id (unique in the application, where the attempt
+    number starts again at 0 when Spark re-runs a stage); None outside a task (the driver, a
+    unit test)."""
     try:
         from pyspark import TaskContext
     except ImportError:
@@ -119,19 +121,20 @@ def _spark_task() -> Optional[dict]:
         return None
     batch = ctx.getLocalProperty("streaming.sql.batchId")
     return {"batch": None if batch is None else int(batch), "partition": ctx.partitionId(),
-            "attempt": ctx.attemptNumber()}
+            "attempt": ctx.attemptNumber(), "task_attempt_id": ctx.taskAttemptId()}
 
 
 def _mark(path: str, point: FaultPoint, task: Optional[dict]) -> None:
     with open(path, "w") as f:
-        json.dump({"point": point.value, "task": task}, f)
+        json.dump({"point": point.value, "task": task, "pid": os.getpid()}, f)
         f.flush()
         os.fsync(f.fileno())
 
 
 def fired(crash_dir: str, marker: str) -> dict:
-    """What a marker (``crashed``, ``failed-<point>``, ``delayed-<point>``) records: ``point``
-    and ``task`` (``batch``, ``partition``, ``attempt``; None when it fired outside a task)."""
+    """What a marker (``crashed``, ``failed-<point>``, ``delayed-<point>``) records: ``point``,
+    ``task`` (``batch``, ``partition``, ``attempt``, ``task_attempt_id``; None when it fired
+    outside a task) and ``pid``, the process it fired in (a test finds a task's executor)."""
     with open(os.path.join(crash_dir, marker)) as f:
         return json.load(f)
 

@@ -54,6 +54,37 @@ def spark_home() -> str:
     return compiled if os.environ.get("SPARK_HOME") == compiled else str(installed_home())
 
 
+#: What an executor's JVM runs (standalone mode), in its command line.
+EXECUTOR_BACKEND = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
+
+
+def _parent(pid: int) -> Optional[int]:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def executor_process(pid: int) -> Optional[int]:
+    """The executor JVM that process ``pid`` runs under (a Python worker, its daemon, or the
+    JVM itself), or None when it runs under none (the driver, a process that has exited)."""
+    seen = 0
+    while pid and pid > 1 and seen < 32:
+        if EXECUTOR_BACKEND in _cmdline(pid):
+            return pid
+        pid, seen = _parent(pid), seen + 1
+    return None
+
+
 class StandaloneCluster:
     """``StandaloneCluster(workers=2).start()``; ``url`` is the ``spark://`` master URL.
 
@@ -158,6 +189,12 @@ class StandaloneCluster:
             time.sleep(0.5)
         logger.info("Spark standalone cluster %s up with %d workers", self.url, self.workers)
         return self
+
+    def executor_dirs(self) -> List[Path]:
+        """Every executor any application had on this cluster, as the folders the workers made
+        for them (``worker-<i>/app-<id>/<executor id>``); an executor the master launched to
+        replace a lost one has a folder of its own."""
+        return sorted(p for p in self.dir.glob("worker-*/app-*/*") if p.is_dir())
 
     def stop(self) -> None:
         for p in [*self._workers, self._master]:

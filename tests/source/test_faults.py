@@ -35,7 +35,7 @@ def test_raise_fires_once_at_the_nth_arrival(clean_env, tmp_path):
         fault_point(FaultPoint.COMMIT_AFTER_METADATA)
     fault_point(FaultPoint.COMMIT_AFTER_METADATA)  # fired once: the restart runs through
     assert faults.fired(str(tmp_path), "failed-commit_after_metadata") == \
-        {"point": "commit_after_metadata", "task": None}  # outside a Spark task
+        {"point": "commit_after_metadata", "task": None, "pid": os.getpid()}  # not a task
 
 
 @pytest.mark.parametrize("first_attempts", [False, True])
