@@ -49,10 +49,21 @@ class PipelineConfig:
     #: keyed_process's ``runtime_store``: each key group's state between batches in Spark's
     #: state store ("spark") or in the workdir's storage ("backend").
     runtime_store: str = "spark"
+    #: The checkpoint storage of the source, the operator and the sink (``checkpoint.storage``,
+    #: ``state_backend``): None for ``<workdir>/storage``, or a URI such as ``s3://bucket/x``
+    #: with its options (``s3.endpoint`` ...; credentials best from boto3's default chain).
+    storage_uri: Optional[str] = None
+    storage_options: Tuple[Tuple[str, str], ...] = ()
 
     @property
     def storage(self) -> str:
-        return os.path.join(self.workdir, "storage")
+        return self.storage_uri or os.path.join(self.workdir, "storage")
+
+    def storage_backend(self):
+        """The checkpoint storage as a state backend (driver)."""
+        from state_backends.registry import backend_from_uri
+
+        return backend_from_uri(self.storage, dict(self.storage_options))
 
     @property
     def spark_checkpoint(self) -> str:
@@ -81,12 +92,13 @@ def start_pipeline(spark, cfg: PipelineConfig, sink: str = "barrier-kafka",
            .option("maxOffsetsPerTrigger", str(cfg.max_offsets_per_trigger))
            .option("execution.checkpointing.interval-batches", str(cfg.checkpoint_every_batches))
            .option("checkpoint.storage", cfg.storage))
-    for key, value in cfg.source_options:
+    for key, value in cfg.storage_options + cfg.source_options:
         src = src.option(key, value)
     if cfg.restore_from:
         src = src.option("execution.savepoint.path", cfg.restore_from)
     counted = keyed_process(src.load(), "key", RunningCount(), OUTPUT_SCHEMA,
                             operator_id="running-count", state_backend=cfg.storage,
+                            state_backend_options=dict(cfg.storage_options) or None,
                             max_parallelism=cfg.max_parallelism, restore_from=cfg.restore_from,
                             incremental_checkpoints=cfg.incremental_checkpoints,
                             parallelism=cfg.parallelism, records_format=cfg.records_format,
@@ -107,7 +119,7 @@ def start_pipeline(spark, cfg: PipelineConfig, sink: str = "barrier-kafka",
         if cfg.transactional_id_prefix:  # else the default, derived from checkpointLocation
             writer = writer.option("transactionalIdPrefix", cfg.transactional_id_prefix)
     if sink != "spark-kafka":
-        for key, value in cfg.sink_options:
+        for key, value in cfg.storage_options + cfg.sink_options:
             writer = writer.option(key, value)
     if trigger_s:
         writer = writer.trigger(processingTime=f"{trigger_s} seconds")
@@ -130,9 +142,8 @@ def input_end_offsets(bootstrap: str, topic: str) -> Dict[str, int]:
 def completed_offsets(cfg: PipelineConfig):
     """The newest committed checkpoint's offsets (``CompletedOffsets``) or None."""
     from barrier_core.completed_offsets import read_completed_offsets
-    from state_backends.registry import backend_from_uri
 
-    return read_completed_offsets(backend_from_uri(cfg.storage))
+    return read_completed_offsets(cfg.storage_backend())
 
 
 def is_caught_up(cfg: PipelineConfig, ends: Dict[str, int]) -> bool:
@@ -218,6 +229,13 @@ def main(argv=None) -> int:
                         help="where the keyed operator keeps each key group's state between "
                              "batches: Spark's state store or the workdir's storage "
                              "(keyed_process runtime_store)")
+    parser.add_argument("--storage", default=None, metavar="URI",
+                        help="the checkpoint storage of the source, the operator and the sink "
+                             "(default <workdir>/storage), e.g. s3://bucket/prefix")
+    parser.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                        help="an option of that storage (repeatable), e.g. "
+                             "s3.endpoint=http://127.0.0.1:9000; give S3 credentials through "
+                             "boto3's default chain (AWS_ACCESS_KEY_ID ...), not here")
     parser.add_argument("--restore-from", default=None, metavar="PATH",
                         help="start from this checkpoint (chk-<n>) or savepoint "
                              "(savepoints/<name>) of the workdir's storage")
@@ -251,7 +269,9 @@ def main(argv=None) -> int:
                          sink_options=tuple(tuple(o.split("=", 1)) for o in args.sink_option),
                          source_options=tuple(tuple(o.split("=", 1))
                                               for o in args.source_option),
-                         restore_from=args.restore_from,
+                         restore_from=args.restore_from, storage_uri=args.storage,
+                         storage_options=tuple(tuple(o.split("=", 1))
+                                               for o in args.storage_option),
                          incremental_checkpoints=args.incremental_checkpoints,
                          parallelism=args.parallelism, records_format=args.records_format,
                          runtime_store=args.runtime_store)

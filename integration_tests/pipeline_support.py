@@ -142,12 +142,14 @@ def group_offsets(bootstrap, group, topic):
     return {str(tp.partition): om.offset for tp, om in got.items()}
 
 
-def assert_exactly_once(bootstrap, input_topic, output, workdir, group, prefix, records):
+def assert_exactly_once(bootstrap, input_topic, output, workdir, group, prefix, records,
+                        storage=None):
     """Every expected output exactly once, no open transaction, group offsets = last
-    completed checkpoint = the whole input."""
+    completed checkpoint = the whole input (``storage``: the checkpoint storage's backend,
+    when it is not ``<workdir>/storage``)."""
     assert_verdict(verify(bootstrap, input_topic, output), records)
     assert_no_open_transactions(bootstrap, prefix)
-    assert_offsets_committed(bootstrap, input_topic, workdir, group, records)
+    assert_offsets_committed(bootstrap, input_topic, workdir, group, records, storage)
 
 
 def assert_no_open_transactions(bootstrap, prefix):
@@ -176,11 +178,11 @@ def assert_verdict(verdict, records):
     assert verdict.output_records == records
 
 
-def assert_offsets_committed(bootstrap, input_topic, workdir, group, records):
+def assert_offsets_committed(bootstrap, input_topic, workdir, group, records, storage=None):
     from barrier_core.completed_offsets import read_completed_offsets
     from state_backends.registry import backend_from_uri
 
-    done = read_completed_offsets(backend_from_uri(os.path.join(workdir, "storage")))
+    done = read_completed_offsets(storage or backend_from_uri(os.path.join(workdir, "storage")))
     completed = {str(p): o for p, o in done.offsets[input_topic].items()}
     assert sum(completed.values()) == records
     # The source commits the last checkpoint's offsets to the group (also when idle); Kafka's
@@ -227,7 +229,7 @@ def assert_prefix(got):
 
 
 def run_fault_chain(bootstrap, input_topic, output, workdir, group, prefix, records, faults_env,
-                    batch, output_path=None, extra_args=()):
+                    batch, output_path=None, extra_args=(), storage=None):
     """One pipeline hit by a series of faults, then run to the end.
 
     ``faults_env`` is a list of ``(name, env, marker, expect_rc)``: each run gets ``env``, must
@@ -235,7 +237,8 @@ def run_fault_chain(bootstrap, input_topic, output, workdir, group, prefix, reco
     fault the committed output (read_committed, or the published files) must be a
     duplicate-free prefix; it must grow over the chain; the final run must finish and be
     exactly-once (no open transaction, group offsets = last completed checkpoint).
-    ``extra_args`` go to every run of the pipeline (``barrier_demo.pipeline``)."""
+    ``extra_args`` go to every run of the pipeline (``barrier_demo.pipeline``); ``storage`` is
+    the checkpoint storage's backend when they move it from ``<workdir>/storage``."""
 
     def committed_prefix():
         if output_path:
@@ -259,7 +262,8 @@ def run_fault_chain(bootstrap, input_topic, output, workdir, group, prefix, reco
     if output_path:
         assert_files_exactly_once(bootstrap, input_topic, output_path, workdir, group, records)
     else:
-        assert_exactly_once(bootstrap, input_topic, output, workdir, group, prefix, records)
+        assert_exactly_once(bootstrap, input_topic, output, workdir, group, prefix, records,
+                            storage)
 
 
 def assert_killed_mid_commit_then_exactly_once(bootstrap, workdir, tag, records=10_000, keys=53):
