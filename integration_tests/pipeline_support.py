@@ -4,7 +4,6 @@ process group, and the read_committed checks."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import uuid
@@ -14,6 +13,7 @@ from kafka.admin import KafkaAdminClient
 
 from barrier_demo.verify import verify, verify_files
 from barrier_core import faults
+from kafka_harness.processes import kill_process_tree
 from kafka_harness.topics import create_topic
 
 PIPELINE_TIMEOUT_S = 900
@@ -99,35 +99,6 @@ def kill_at_random_times(rng, kills: int, start, bootstrap: str, output: str,
         visible.append(assert_prefix_exactly_once(bootstrap, output))
     assert visible == sorted(visible), f"committed output shrank between kills: {visible}"
     return visible
-
-
-def _children() -> dict:
-    out: dict = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        out.setdefault(ppid, []).append(int(entry))
-    return out
-
-
-def kill_process_tree(pid: int) -> None:
-    """SIGKILL ``pid`` and every descendant at once, as a machine loss would (PySpark's worker
-    daemon runs in its own process group, so a group kill alone would leave its workers)."""
-    children, tree, todo = _children(), [], [pid]
-    while todo:
-        p = todo.pop()
-        tree.append(p)
-        todo.extend(children.get(p, []))
-    for p in tree:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def group_offsets(bootstrap, group, topic):

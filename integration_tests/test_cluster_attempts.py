@@ -31,10 +31,11 @@ import pytest
 from barrier_core.faults import fault_env, fired
 from integration_tests.pipeline_support import (PACKED_SOURCE, PIPELINE_TIMEOUT_S,
                                                 RECOMMENDED_OPERATOR, RUNTIMES_IN_BACKEND,
-                                                assert_exactly_once, kill_process_tree,
-                                                produce_input, run_notebook_process,
-                                                run_pipeline, start_pipeline_process)
+                                                assert_exactly_once, produce_input,
+                                                run_notebook_process, run_pipeline,
+                                                start_pipeline_process)
 from integration_tests.test_notebooks import CHECKS, NOTEBOOK_DIR
+from kafka_harness.processes import kill_process_tree
 from kafka_harness.spark_cluster import StandaloneCluster, executor_process
 
 RECORDS = 30_000

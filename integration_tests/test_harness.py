@@ -225,9 +225,9 @@ def test_the_witness_tools_share_a_class_archive_and_survive_a_broken_one(bootst
     """Kafka's tools start in a new JVM at every call (``kafka_harness.tools.run_tool``): the
     first call writes a class archive, later calls map it and report the same, and an archive
     that is not one (a torn copy) costs only speed."""
-    from kafka_harness import tools
+    from kafka_harness import jvm_startup, tools
 
-    monkeypatch.setattr(tools, "cache_root", lambda: tmp_path)
+    monkeypatch.setattr(jvm_startup, "cache_root", lambda: tmp_path)
     group = "g-" + uuid.uuid4().hex[:6]
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
                              enable_auto_commit=False)

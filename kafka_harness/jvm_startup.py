@@ -38,7 +38,31 @@ WARM_UP_TIMEOUT_S = 300
 
 # JVM unified logging of class data sharing off: a stale archive or a class it cannot hold
 # ("Skipping ...: Signed JAR") is expected and would only clutter the pipeline logs.
-_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+CDS_QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+
+
+def archive_file(kind: str, java: str, jars: Path, *keys: str) -> Path:
+    """Where the class archive of ``kind`` for this JDK, these ``keys`` and the jars in the
+    folder ``jars`` lives in the cache folder (it may not exist yet)."""
+    digest = hashlib.sha256()
+    digest.update(os.path.realpath(java).encode())
+    for key in keys:
+        digest.update(key.encode())
+    for name in sorted(os.listdir(jars)) if jars.is_dir() else ():
+        digest.update(name.encode())
+    return cache_root() / "jvm" / f"{kind}-{digest.hexdigest()[:16]}.jsa"
+
+
+def staging_path(archive: Path) -> str:
+    """A free name beside ``archive`` for a JVM to write it to as it exits
+    (``-XX:ArchiveClassesAtExit``), renamed into place once it is known good: a half-written
+    archive is never offered, and two processes writing one never meet."""
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    fd, staging = tempfile.mkstemp(prefix=archive.stem + "-", suffix=".staging",
+                                   dir=str(archive.parent))
+    os.close(fd)
+    os.unlink(staging)  # the JVM creates it at exit
+    return staging
 
 
 def archive_path() -> Optional[Path]:
@@ -49,16 +73,10 @@ def archive_path() -> Optional[Path]:
         return None
     import pyspark
 
-    jars = Path(pyspark.__file__).parent / "jars"
-    digest = hashlib.sha256()
-    digest.update(os.path.realpath(java).encode())
-    digest.update(pyspark.__version__.encode())
     # The archive records the class path, which starts at SPARK_HOME (the tests' compiled home
     # links the same jars under another path): a driver maps only an archive of its own home.
-    digest.update(os.environ.get("SPARK_HOME", "").encode())
-    for name in sorted(os.listdir(jars)) if jars.is_dir() else ():
-        digest.update(name.encode())
-    return cache_root() / "jvm" / f"spark-driver-{digest.hexdigest()[:16]}.jsa"
+    return archive_file("spark-driver", java, Path(pyspark.__file__).parent / "jars",
+                        pyspark.__version__, os.environ.get("SPARK_HOME", ""))
 
 
 def driver_java_options(existing: str = "") -> str:
@@ -67,7 +85,7 @@ def driver_java_options(existing: str = "") -> str:
     options = [existing] if existing else []
     archive = archive_path()
     if archive is not None and archive.is_file():
-        options.append(f"-XX:SharedArchiveFile={archive} {_QUIET}")
+        options.append(f"-XX:SharedArchiveFile={archive} {CDS_QUIET}")
     if os.environ.get(QUICK_JIT_ENV) == "1":
         options.append("-XX:TieredStopAtLevel=1")
     return " ".join(options)
@@ -79,16 +97,12 @@ def ensure_archive() -> Optional[Path]:
     archive = archive_path()
     if archive is None or archive.is_file():
         return archive
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    fd, staging = tempfile.mkstemp(prefix=archive.stem + "-", suffix=".staging",
-                                   dir=str(archive.parent))
-    os.close(fd)
-    os.unlink(staging)  # the JVM creates it at exit
+    staging = staging_path(archive)
     try:
-        _run_warm_up(f"-XX:ArchiveClassesAtExit={staging} {_QUIET}")
+        _run_warm_up(f"-XX:ArchiveClassesAtExit={staging} {CDS_QUIET}")
         if not os.path.isfile(staging):
             raise RuntimeError("the warm-up JVM exited without writing the archive")
-        _run_warm_up(f"-XX:SharedArchiveFile={staging} -Xshare:on {_QUIET}", check_only=True)
+        _run_warm_up(f"-XX:SharedArchiveFile={staging} -Xshare:on {CDS_QUIET}", check_only=True)
         os.replace(staging, archive)
         logger.info("Spark driver class archive written: %s", archive)
         return archive

@@ -28,6 +28,8 @@ import urllib.request
 from pathlib import Path
 from typing import List, Optional
 
+from kafka_harness.processes import command_line, parent_pid
+
 logger = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 120.0
@@ -58,30 +60,14 @@ def spark_home() -> str:
 EXECUTOR_BACKEND = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 
 
-def _parent(pid: int) -> Optional[int]:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
 def executor_process(pid: int) -> Optional[int]:
     """The executor JVM that process ``pid`` runs under (a Python worker, its daemon, or the
     JVM itself), or None when it runs under none (the driver, a process that has exited)."""
     seen = 0
     while pid and pid > 1 and seen < 32:
-        if EXECUTOR_BACKEND in _cmdline(pid):
+        if EXECUTOR_BACKEND in command_line(pid):
             return pid
-        pid, seen = _parent(pid), seen + 1
+        pid, seen = parent_pid(pid), seen + 1
     return None
 
 

@@ -8,26 +8,14 @@ completed checkpoint". Every call is bounded by a timeout and fails with the too
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Dict, List
 
-from kafka_harness.jars import cache_root, fetch_broker_jars, require_java
-
-# JVM unified logging of class data sharing off (a class the archive cannot hold is expected).
-_QUIET = ["-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
-
-
-def _archive_path(java: str, jars: str) -> Path:
-    """The tools' class archive for this JDK and these broker jars (it may not exist yet)."""
-    digest = hashlib.sha256(os.path.realpath(java).encode())
-    for name in sorted(os.listdir(jars)):
-        digest.update(name.encode())
-    return cache_root() / "jvm" / f"kafka-tools-{digest.hexdigest()[:16]}.jsa"
+from kafka_harness.jars import fetch_broker_jars, require_java
+from kafka_harness.jvm_startup import CDS_QUIET, archive_file, staging_path
 
 
 def run_tool(main_class: str, *args: str, timeout_s: float = 300.0) -> str:
@@ -39,21 +27,14 @@ def run_tool(main_class: str, *args: str, timeout_s: float = 300.0) -> str:
     start. A stale or unusable archive only costs speed (``-Xshare:auto``); the tool's output
     is the same."""
     java, jars = require_java(), fetch_broker_jars()
-    archive = _archive_path(java, str(jars))
-    staging = None
-    if archive.is_file():
-        share = [f"-XX:SharedArchiveFile={archive}"]
-    else:
-        archive.parent.mkdir(parents=True, exist_ok=True)
-        fd, staging = tempfile.mkstemp(prefix=archive.stem + "-", suffix=".staging",
-                                       dir=str(archive.parent))
-        os.close(fd)
-        os.unlink(staging)  # the JVM creates it at exit
-        share = [f"-XX:ArchiveClassesAtExit={staging}"]
+    archive = archive_file("kafka-tools", java, Path(jars))
+    staging = None if archive.is_file() else staging_path(archive)
+    share = (f"-XX:SharedArchiveFile={archive}" if staging is None
+             else f"-XX:ArchiveClassesAtExit={staging}")
     try:
-        out = subprocess.run([java, "-Xmx256m", "-XX:TieredStopAtLevel=1", *share, *_QUIET,
-                              "-cp", f"{jars}/*", main_class, *args], capture_output=True,
-                             text=True, timeout=timeout_s)
+        out = subprocess.run([java, "-Xmx256m", "-XX:TieredStopAtLevel=1", share,
+                              *CDS_QUIET.split(), "-cp", f"{jars}/*", main_class, *args],
+                             capture_output=True, text=True, timeout=timeout_s)
         if staging is not None and out.returncode == 0 and os.path.isfile(staging):
             os.replace(staging, archive)
     finally:
