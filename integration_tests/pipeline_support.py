@@ -199,6 +199,17 @@ def assert_prefix(got):
     return sum(got.values())
 
 
+def kill_chain(workdir: str, points) -> list:
+    """:func:`run_fault_chain`'s faults: a SIGKILL at the second arrival at each of ``points``
+    (:class:`~barrier_core.faults.FaultPoint`), one run after the other."""
+    chain = []
+    for point in points:
+        crash_dir = os.path.join(workdir, f"crash-{point.value}")
+        chain.append((point.value, faults.fault_env(crash_dir, crash_at=f"{point.value}:2"),
+                      os.path.join(crash_dir, "crashed"), lambda rc: rc == -9))
+    return chain
+
+
 def run_fault_chain(bootstrap, input_topic, output, workdir, group, prefix, records, faults_env,
                     batch, output_path=None, extra_args=(), storage=None):
     """One pipeline hit by a series of faults, then run to the end.

@@ -18,7 +18,7 @@ import pytest
 from barrier_core.faults import FaultPoint, fault_env
 from integration_tests.pipeline_support import (PACKED_SOURCE, RECOMMENDED_OPERATOR,
                                                 RUNTIMES_IN_BACKEND, STATELESS_STREAMS_ADAPTIVE,
-                                                assert_exactly_once, produce_input,
+                                                assert_exactly_once, kill_chain, produce_input,
                                                 run_fault_chain, run_pipeline)
 
 RECORDS = 100_000
@@ -56,17 +56,6 @@ def input_topic(kafka_admin, bootstrap):
     return produce_input(kafka_admin, bootstrap, RECORDS, KEYS)
 
 
-def _kill_chain(workdir: str, points) -> list:
-    """:func:`run_fault_chain`'s faults: a SIGKILL at the second arrival at each of ``points``,
-    one run after the other."""
-    chain = []
-    for point in points:
-        crash_dir = os.path.join(workdir, f"crash-{point.value}")
-        chain.append((point.value, fault_env(crash_dir, crash_at=f"{point.value}:2"),
-                      os.path.join(crash_dir, "crashed"), lambda rc: rc == -9))
-    return chain
-
-
 @pytest.mark.parametrize("sink", ["kafka", "files"])
 def test_sigkill_at_every_protocol_step_in_one_run(sink, bootstrap, input_topic, topic_factory,
                                                    tmp_path):
@@ -83,7 +72,7 @@ def test_sigkill_at_every_protocol_step_in_one_run(sink, bootstrap, input_topic,
     packing = ("--source-option", "maxPartitions=2") if sink == "kafka" else ()
     points = [point for point, _ in CRASH_POINTS] if sink == "kafka" else FILES_SINK_CRASH_POINTS
     run_fault_chain(bootstrap, input_topic, output, workdir, group, prefix, RECORDS,
-                    _kill_chain(workdir, points), 8_000,
+                    kill_chain(workdir, points), 8_000,
                     output_path, extra_args=packing)
 
 
@@ -111,7 +100,7 @@ def test_sigkill_at_each_step_with_runtimes_in_the_backend(bootstrap, input_topi
     workdir = str(tmp_path)
     group, prefix = f"eo-rt-{uuid.uuid4().hex[:6]}", f"eo-rt-{uuid.uuid4().hex[:6]}"
     run_fault_chain(bootstrap, input_topic, output, workdir, group, prefix, RECORDS,
-                    _kill_chain(workdir, RUNTIME_CRASH_POINTS), 8_000,
+                    kill_chain(workdir, RUNTIME_CRASH_POINTS), 8_000,
                     extra_args=RECOMMENDED_OPERATOR + PACKED_SOURCE + RUNTIMES_IN_BACKEND
                     + STATELESS_STREAMS_ADAPTIVE)
 

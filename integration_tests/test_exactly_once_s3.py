@@ -20,9 +20,9 @@ from __future__ import annotations
 import os
 import uuid
 
-from barrier_core.faults import FaultPoint, fault_env
+from barrier_core.faults import FaultPoint
 from integration_tests.pipeline_support import (PACKED_SOURCE, RECOMMENDED_OPERATOR,
-                                                RUNTIMES_IN_BACKEND, produce_input,
+                                                RUNTIMES_IN_BACKEND, kill_chain, produce_input,
                                                 run_fault_chain)
 from state_backends.registry import backend_from_uri
 
@@ -50,13 +50,9 @@ def test_sigkill_chain_with_the_checkpoint_storage_on_s3(bootstrap, kafka_admin,
     args = ["--storage", storage]
     for key, value in options.items():
         args += ["--storage-option", f"{key}={value}"]
-    chain = []
-    for point in POINTS:
-        crash_dir = os.path.join(workdir, f"crash-{point.value}")
-        chain.append((point.value, fault_env(crash_dir, crash_at=f"{point.value}:2"),
-                      os.path.join(crash_dir, "crashed"), lambda rc: rc == -9))
     backend = backend_from_uri(storage, options)
-    run_fault_chain(bootstrap, topic, output, workdir, group, prefix, RECORDS, chain, BATCH,
+    run_fault_chain(bootstrap, topic, output, workdir, group, prefix, RECORDS,
+                    kill_chain(workdir, POINTS), BATCH,
                     extra_args=tuple(args) + RECOMMENDED_OPERATOR + PACKED_SOURCE
                     + RUNTIMES_IN_BACKEND, storage=backend)
     # Everything went to S3: completed checkpoints there, and no local checkpoint storage.
